@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The README's test command: set-up, lint, format check, then the whole test suite.
+# Without a GPU, tests marked `gpu` are skipped and kernels run under Triton's interpreter.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+VPY=.venv/bin/python
+echo "== ruff check"
+"$VPY" -m ruff check .
+echo "== ruff format --check"
+"$VPY" -m ruff format --check .
+echo "== pytest"
+"$VPY" -m pytest "$@"
