@@ -1,0 +1,347 @@
+"""Pieces shared by the KDA verify kernels: `@triton.jit` math helpers and host-side checks.
+
+The ring written by the fused kernel must be byte-identical to the ring written by the
+unfused pair (conv kernel, then recurrent kernel). Both therefore take every fp32 formula
+that feeds a ring entry from the helpers here, so that the same instruction sequence
+runs in both: the conv sum (explicit FMAs in tap order), bias, SiLU, the gate and beta.
+"""
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+# ---------------------------------------------------------------------------------------
+# Triton helpers
+# ---------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _load_xx(p_state, s_state_w, p_x, s_x_t, i: tl.constexpr, W: tl.constexpr, mask):
+    """Element `i` of the conv sequence xx = [state columns 0..W-2, x_0, x_1, ...]."""
+    if i < W - 1:
+        b_xx = tl.load(p_state + i * s_state_w, mask=mask, other=0)
+    else:
+        b_xx = tl.load(p_x + (i - (W - 1)) * s_x_t, mask=mask, other=0)
+    return b_xx
+
+
+@triton.jit
+def _conv_step(
+    p_state,
+    s_state_w,
+    p_x,
+    s_x_t,
+    p_w,
+    s_w_w,
+    b_bias,
+    mask,
+    t: tl.constexpr,
+    W: tl.constexpr,
+    SILU: tl.constexpr,
+):
+    """fp32 conv output of step `t`: silu(bias + sum_j w[j] * xx[t + j]), not yet rounded.
+
+    The sum starts from the bias and adds the taps oldest first with explicit FMAs, so the
+    result does not depend on how the compiler would contract a plain multiply-add.
+    """
+    b_y = b_bias
+    for j in tl.static_range(W):
+        b_xx = _load_xx(p_state, s_state_w, p_x, s_x_t, t + j, W, mask).to(tl.float32)
+        b_w = tl.load(p_w + j * s_w_w, mask=mask, other=0).to(tl.float32)
+        b_y = tl.fma(b_w, b_xx, b_y)
+    if SILU:
+        b_y = b_y / (1.0 + tl.exp(-b_y))
+    return b_y
+
+
+@triton.jit
+def _store_window(
+    p_win, s_win_w, p_state, s_state_w, p_x, s_x_t, t: tl.constexpr, W: tl.constexpr, mask
+):
+    """Window after step `t`: the W-1 raw inputs xx[t+1 .. t+W-1], oldest first."""
+    for m in tl.static_range(W - 1):
+        b_xx = _load_xx(p_state, s_state_w, p_x, s_x_t, t + 1 + m, W, mask)
+        tl.store(p_win + m * s_win_w, b_xx.to(p_win.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _gate_beta(b_a, b_dt_bias, b_A_log, b_b, lower_bound, SAFE_GATE: tl.constexpr):
+    """KDA gate g (per key channel) and beta (per value head), both fp32.
+
+    standard: g = -exp(A_log) * softplus(a + dt_bias)   (softplus linear above 20)
+    safe:     g = lower_bound * sigmoid(exp(A_log) * (a + dt_bias)), in (lower_bound, 0)
+    """
+    b_x = b_a + b_dt_bias
+    if SAFE_GATE:
+        b_g = lower_bound * tl.sigmoid(tl.exp(b_A_log) * b_x)
+    else:
+        b_sp = tl.where(b_x > 20.0, b_x, tl.log(1.0 + tl.exp(tl.minimum(b_x, 20.0))))
+        b_g = -tl.exp(b_A_log) * b_sp
+    b_beta = tl.sigmoid(b_b)
+    return b_g, b_beta
+
+
+@triton.jit
+def _l2norm(b_x, eps):
+    """x / sqrt(|x|^2 + eps) over the whole (single) axis, fp32."""
+    return b_x / tl.sqrt(tl.sum(b_x * b_x, axis=0) + eps)
+
+
+@triton.jit
+def _delta_step(b_S, b_q, b_k, b_v, b_g, b_beta):
+    """One gated delta-rule step on a [BLOCK_V, K] state tile; returns (S, o).
+
+    S <- S * exp(g) (column i decays by exp(g_i)); u = beta * (v - S k);
+    S <- S + u k^T; o = S q.  q and k are already normalized (q also scaled).
+    """
+    b_S = b_S * tl.exp(b_g)[None, :]
+    b_u = b_beta * (b_v - tl.sum(b_S * b_k[None, :], axis=1))
+    b_S = b_S + b_u[:, None] * b_k[None, :]
+    b_o = tl.sum(b_S * b_q[None, :], axis=1)
+    return b_S, b_o
+
+
+@triton.jit
+def _save_step(
+    b_S,
+    b_k,
+    b_v,
+    b_g,
+    b_beta,
+    p_snap,
+    p_rawk,
+    p_rawv,
+    p_g,
+    p_beta,
+    o_v,
+    o_k,
+    s_snap_v,
+    t: tl.constexpr,
+    s_snap_t,
+    s_rawk_r,
+    s_rawv_r,
+    s_g_r,
+    s_beta_r,
+    own_v,
+    own_k,
+    SNAPSHOT: tl.constexpr,
+    RING: tl.constexpr,
+):
+    """Save what a later commit needs after step `t`: the state tile, or the ring entries.
+
+    `own_v` (first V tile of this value head) writes g and beta; `own_k` (also the first
+    value head of its q/k group) writes rawk; every tile writes its own slice of rawv.
+    So each ring byte is written by exactly one program.
+    """
+    if SNAPSHOT:
+        p = p_snap + t * s_snap_t + o_v[:, None] * s_snap_v + o_k[None, :]
+        tl.store(p, b_S)
+    if RING:
+        tl.store(
+            p_rawk + t * s_rawk_r + o_k, b_k.to(p_rawk.dtype.element_ty), mask=own_k & (o_k >= 0)
+        )
+        tl.store(p_rawv + t * s_rawv_r + o_v, b_v.to(p_rawv.dtype.element_ty))
+        tl.store(p_g + t * s_g_r + o_k, b_g, mask=own_v & (o_k >= 0))
+        tl.store(p_beta + t * s_beta_r, b_beta, mask=own_v)
+
+
+# ---------------------------------------------------------------------------------------
+# Host-side checks (no device synchronization)
+# ---------------------------------------------------------------------------------------
+
+
+def check_devices(tensors):
+    """All named tensors on one device: CUDA, or CPU under the Triton interpreter."""
+    devices = {t.device for t in tensors.values() if t is not None}
+    if len(devices) > 1:
+        names = ", ".join(f"{n}={t.device}" for n, t in tensors.items() if t is not None)
+        raise ValueError(f"all tensors must be on one device, got {names}")
+    (dev,) = devices
+    interp = os.environ.get("TRITON_INTERPRET") == "1"
+    if dev.type != "cuda" and not (interp and dev.type == "cpu"):
+        raise ValueError(
+            f"tensors must be on a CUDA device (CPU only with TRITON_INTERPRET=1), got {dev}"
+        )
+
+
+def check_tensor(name, t, ndim=None, shape=None, dtype=None, unit_last=False):
+    """Type, rank, shape (None entries are free), dtype and unit last stride of one argument."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dims, got shape {tuple(t.shape)}")
+    if shape is not None:
+        if t.dim() != len(shape) or any(
+            s is not None and s != d for s, d in zip(shape, t.shape, strict=True)
+        ):
+            want = tuple("*" if s is None else s for s in shape)
+            raise ValueError(f"{name} must have shape {want}, got {tuple(t.shape)}")
+    if dtype is not None:
+        allowed = dtype if isinstance(dtype, tuple) else (dtype,)
+        if t.dtype not in allowed:
+            raise TypeError(
+                f"{name} must have dtype {' or '.join(map(str, allowed))}, got {t.dtype}"
+            )
+    if unit_last and t.dim() > 0 and t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(f"{name} must have unit stride in its last dim, got strides {t.stride()}")
+
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def check_index(name, t, n):
+    """An index vector of `n` int32/int64 entries (negative = padding)."""
+    check_tensor(name, t, shape=(n,), dtype=INDEX_DTYPES)
+    if n > 1 and t.stride(0) != 1:
+        raise ValueError(f"{name} must be contiguous")
+
+
+def check_pow2(name, value):
+    if value < 1 or value & (value - 1):
+        raise ValueError(f"{name} must be a power of two, got {value}")
+
+
+def check_ring(rawk, rawv, g, beta, slots, H, HV, K, V, T, dtype):
+    """Ring buffers rawk [slots,H,R,K], rawv [slots,HV,R,V] (input dtype), g [slots,HV,R,K],
+    beta [slots,HV,R] (fp32), R a power of two with R >= 2*T. Returns R."""
+    names = {
+        "replayssm_rawk": rawk,
+        "replayssm_rawv": rawv,
+        "replayssm_g": g,
+        "replayssm_beta": beta,
+    }
+    for name, t in names.items():
+        if t is None:
+            raise ValueError(f"cache_ring=True needs {name}")
+    check_tensor("replayssm_rawk", rawk, ndim=4, dtype=dtype, unit_last=True)
+    R = rawk.shape[2]
+    check_tensor("replayssm_rawk", rawk, shape=(slots, H, R, K))
+    check_tensor("replayssm_rawv", rawv, shape=(slots, HV, R, V), dtype=dtype, unit_last=True)
+    check_tensor("replayssm_g", g, shape=(slots, HV, R, K), dtype=torch.float32, unit_last=True)
+    check_tensor("replayssm_beta", beta, shape=(slots, HV, R), dtype=torch.float32)
+    check_pow2("ring length R (replayssm_rawk.shape[2])", R)
+    if 2 * T > R:
+        raise ValueError(f"T={T} exceeds half the ring length R={R} (replayssm_rawk.shape[2])")
+    return R
+
+
+def check_heads(H, HV, K, V):
+    for name, val in (
+        ("num_q_heads", H),
+        ("num_v_heads", HV),
+        ("head_k_dim", K),
+        ("head_v_dim", V),
+    ):
+        if not isinstance(val, int) or val < 1:
+            raise ValueError(f"{name} must be a positive int, got {val!r}")
+    if HV % H:
+        raise ValueError(f"num_v_heads={HV} must be a multiple of num_q_heads={H}")
+    check_pow2("head_k_dim", K)
+    check_pow2("head_v_dim", V)
+
+
+def check_lower_bound(lower_bound):
+    if lower_bound is not None and not lower_bound < 0:
+        raise ValueError(f"lower_bound must be None or < 0, got {lower_bound}")
+
+
+def num_warps_for(block_v, K):
+    """Warps for a [block_v, K] fp32 state tile: about 16 state values per thread, 1..8 warps."""
+    return max(1, min(8, block_v * K // 512))
+
+
+# Default value tile by (mode, batch): (largest batch, BLOCK_V) rows, first match wins.
+# Small batches use narrow tiles so that B * HV * (V / BLOCK_V) programs fill the GPU;
+# large batches use wide tiles so that q/k/conv work is shared by more of the state.
+BLOCK_V_TABLE = {
+    "snapshot": ((2, 4), (8, 8), (32, 16), (None, 16)),
+    "ring": ((2, 4), (8, 8), (16, 16), (None, 32)),
+}
+
+
+def pick_block_v(forced, ring, B, V):
+    """BLOCK_V: `forced` (an int) if given, else the table entry for the mode and batch."""
+    if forced is None:
+        rows = BLOCK_V_TABLE["ring" if ring else "snapshot"]
+        bv = next(bv for max_b, bv in rows if max_b is None or B <= max_b)
+    else:
+        bv = forced
+        if not isinstance(bv, int) or bv < 1 or bv & (bv - 1):
+            raise ValueError(f"KDA_VERIFY_BLOCK_V must be None or a power of two, got {bv!r}")
+    return min(bv, V)
+
+
+def check_state_and_saves(
+    ssm_states,
+    ssm_name,
+    slot_indices,
+    slot_name,
+    snapshots,
+    snapshot_indices,
+    cache_ring,
+    ring,
+    B,
+    T,
+    H,
+    HV,
+    K,
+    V,
+    dtype,
+    require_save,
+):
+    """Checks the recurrent state, its slot indices and the save buffers (snapshots xor ring).
+
+    ssm_states [slots, HV, V, K] fp32; snapshots [lines, >=T, HV, V, K] fp32 with
+    snapshot_indices [B]; ring = (rawk, rawv, g, beta), used only when cache_ring is true.
+    """
+    check_tensor(ssm_name, ssm_states, ndim=4, dtype=torch.float32, unit_last=True)
+    if ssm_states.shape[1:] != (HV, V, K):
+        raise ValueError(
+            f"{ssm_name} must be [slots, {HV}, {V}, {K}], got {tuple(ssm_states.shape)}"
+        )
+    check_index(slot_name, slot_indices, B)
+    if cache_ring and snapshots is not None:
+        raise ValueError("give either intermediate_states_buffer or cache_ring=True, not both")
+    if require_save and not cache_ring and snapshots is None:
+        raise ValueError("verify needs intermediate_states_buffer or cache_ring=True")
+    if snapshots is not None:
+        check_tensor(
+            "intermediate_states_buffer", snapshots, ndim=5, dtype=torch.float32, unit_last=True
+        )
+        if snapshots.shape[1] < T or snapshots.shape[2:] != (HV, V, K):
+            raise ValueError(
+                f"intermediate_states_buffer must be [lines, >={T}, {HV}, {V}, {K}], got {tuple(snapshots.shape)}"
+            )
+        if snapshot_indices is None:
+            raise ValueError(
+                "intermediate_state_indices is required with intermediate_states_buffer"
+            )
+        check_index("intermediate_state_indices", snapshot_indices, B)
+    if cache_ring:
+        check_ring(*ring, ssm_states.shape[0], H, HV, K, V, T, dtype)
+
+
+def save_args(snapshots, ring, cache_ring, ssm_states, dtype):
+    """Kernel arguments for the save buffers: 5 pointers, then 4 + 3*4 strides.
+
+    Unused buffers are replaced by a 1-element dummy with zero strides (never touched)."""
+    f32 = ssm_states.new_empty(1)
+    low = ssm_states.new_empty(1, dtype=dtype)
+    snap = snapshots if snapshots is not None else f32
+    rawk, rawv, g, beta = ring if cache_ring else (low, low, f32, f32)
+    ptrs = [snap, rawk, rawv, g, beta]
+    strides = list(snapshots.stride()[:4]) if snapshots is not None else [0] * 4
+    for t, n in ((rawk, 3), (rawv, 3), (g, 3), (beta, 3)):
+        strides += list(t.stride()[:n]) if cache_ring else [0] * n
+    return ptrs, strides
+
+
+def tokens_view(name, t, N, width):
+    """View a read-only per-token tensor ([N, width] or [1, N, width]) as [N, width]."""
+    check_tensor(name, t, dtype=FLOAT_DTYPES, unit_last=True)
+    if t.dim() == 0 or t.shape[-1] != width or t.numel() != N * width:
+        raise ValueError(f"{name} must hold {N} tokens of {width} values, got {tuple(t.shape)}")
+    return t.reshape(N, width)

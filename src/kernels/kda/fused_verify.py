@@ -1,0 +1,394 @@
+"""Fused KDA chain verify: conv + split + gate + delta-rule recurrence in one kernel.
+
+One program per (sequence, value head, V tile), as in the recurrent kernel. Each program
+recomputes the causal conv for the 2K q/k channels of its q/k head and for its BLOCK_V
+value channels, rounding each output to the input dtype exactly where the unfused conv
+kernel stores it, then runs the same gate, normalization and delta step. The conv, gate
+and beta math comes from the `@triton.jit` helpers in `common`, shared with the unfused
+kernels, so the ring bytes match those of the unfused path exactly.
+
+Ownership of the shared writes (each byte written once): the q/k conv windows and rawk
+by the first V tile of the first value head of each q/k group; g and beta by the first
+V tile of each value head; v windows, rawv, snapshots and o by every tile for its slice.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from .common import (
+    FLOAT_DTYPES,
+    _conv_step,
+    _delta_step,
+    _gate_beta,
+    _l2norm,
+    _save_step,
+    _store_window,
+    check_devices,
+    check_heads,
+    check_index,
+    check_lower_bound,
+    check_state_and_saves,
+    check_tensor,
+    num_warps_for,
+    pick_block_v,
+    save_args,
+    tokens_view,
+)
+
+# Value tile of the fused kernel, read at every call: None picks from
+# common.BLOCK_V_TABLE by mode (snapshot/ring) and batch; a power of two forces it.
+KDA_VERIFY_BLOCK_V = None
+
+
+@triton.jit
+def _fused_verify_kernel(
+    mixed,
+    conv_w,
+    conv_b,
+    conv_state,
+    conv_indices,
+    window,
+    inter_indices,
+    a,
+    b,
+    A_log,
+    dt_bias,
+    h0,
+    h0_indices,
+    o,
+    snap,
+    rawk,
+    rawv,
+    ring_g,
+    ring_beta,
+    s_m_n,
+    s_cw_c,
+    s_cw_w,
+    s_cs_l,
+    s_cs_c,
+    s_cs_w,
+    s_win_l,
+    s_win_t,
+    s_win_c,
+    s_win_w,
+    s_a_n,
+    s_b_n,
+    s_o_n,
+    s_o_h,
+    s_h0_s,
+    s_h0_h,
+    s_h0_v,
+    s_snap_l,
+    s_snap_t,
+    s_snap_h,
+    s_snap_v,
+    s_rawk_s,
+    s_rawk_h,
+    s_rawk_r,
+    s_rawv_s,
+    s_rawv_h,
+    s_rawv_r,
+    s_g_s,
+    s_g_h,
+    s_g_r,
+    s_beta_s,
+    s_beta_h,
+    s_beta_r,
+    scale,
+    lower_bound,
+    T: tl.constexpr,
+    W: tl.constexpr,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    SAFE_GATE: tl.constexpr,
+    SNAPSHOT: tl.constexpr,
+    RING: tl.constexpr,
+):
+    i_n = tl.program_id(0)
+    i_hv = tl.program_id(1)
+    i_v = tl.program_id(2)
+    i_h = i_hv // (HV // H)
+    o_k = tl.arange(0, K)
+    o_v = i_v * BLOCK_V + tl.arange(0, BLOCK_V)
+
+    i_slot = tl.load(h0_indices + i_n).to(tl.int64)
+    i_cline = tl.load(conv_indices + i_n).to(tl.int64)
+    i_line = tl.load(inter_indices + i_n).to(tl.int64)
+    pad = (i_slot < 0) | (i_cline < 0) | (i_line < 0)
+
+    p_o = o + i_n * T * s_o_n + i_hv * s_o_h + o_v
+    if pad:
+        for t in tl.static_range(T):
+            tl.store(p_o + t * s_o_n, tl.zeros([BLOCK_V], dtype=tl.float32).to(o.dtype.element_ty))
+    else:
+        own_v = i_v == 0
+        own_k = own_v & (i_hv % (HV // H) == 0)
+        m_k = o_k < K
+        m_v = o_v < V
+        # Channels of this program: q and k of head i_h, and its slice of value head i_hv.
+        c_q = i_h * K + o_k
+        c_k = H * K + i_h * K + o_k
+        c_v = 2 * H * K + i_hv * V + o_v
+        p_x = mixed + i_n * T * s_m_n
+        p_cs = conv_state + i_cline * s_cs_l
+        p_win = window + i_line * s_win_l
+        if HAS_BIAS:
+            b_bq = tl.load(conv_b + c_q).to(tl.float32)
+            b_bk = tl.load(conv_b + c_k).to(tl.float32)
+            b_bv = tl.load(conv_b + c_v).to(tl.float32)
+        else:
+            b_bq = tl.zeros([K], dtype=tl.float32)
+            b_bk = tl.zeros([K], dtype=tl.float32)
+            b_bv = tl.zeros([BLOCK_V], dtype=tl.float32)
+
+        p_h0 = h0 + i_slot * s_h0_s + i_hv * s_h0_h + o_v[:, None] * s_h0_v + o_k[None, :]
+        b_S = tl.load(p_h0)
+        p_snap = snap
+        if SNAPSHOT:
+            p_snap = snap + i_line * s_snap_l + i_hv * s_snap_h
+        p_rawk = rawk + i_slot * s_rawk_s + i_h * s_rawk_h
+        p_rawv = rawv + i_slot * s_rawv_s + i_hv * s_rawv_h
+        p_g = ring_g + i_slot * s_g_s + i_hv * s_g_h
+        p_beta = ring_beta + i_slot * s_beta_s + i_hv * s_beta_h
+        b_A_log = tl.load(A_log + i_hv)
+        b_dt_bias = tl.load(dt_bias + i_hv * K + o_k)
+        DT = mixed.dtype.element_ty
+        for t in tl.static_range(T):
+            # Conv outputs, rounded to the input dtype as the unfused conv stores them.
+            b_q = _conv_step(
+                p_cs + c_q * s_cs_c,
+                s_cs_w,
+                p_x + c_q,
+                s_m_n,
+                conv_w + c_q * s_cw_c,
+                s_cw_w,
+                b_bq,
+                m_k,
+                t,
+                W,
+                True,
+            )
+            b_k = _conv_step(
+                p_cs + c_k * s_cs_c,
+                s_cs_w,
+                p_x + c_k,
+                s_m_n,
+                conv_w + c_k * s_cw_c,
+                s_cw_w,
+                b_bk,
+                m_k,
+                t,
+                W,
+                True,
+            )
+            b_v = _conv_step(
+                p_cs + c_v * s_cs_c,
+                s_cs_w,
+                p_x + c_v,
+                s_m_n,
+                conv_w + c_v * s_cw_c,
+                s_cw_w,
+                b_bv,
+                m_v,
+                t,
+                W,
+                True,
+            )
+            b_q = b_q.to(DT).to(tl.float32)
+            b_k = b_k.to(DT)
+            b_v = b_v.to(DT)
+            p_win_t = p_win + t * s_win_t
+            _store_window(
+                p_win_t + c_q * s_win_c,
+                s_win_w,
+                p_cs + c_q * s_cs_c,
+                s_cs_w,
+                p_x + c_q,
+                s_m_n,
+                t,
+                W,
+                m_k & own_k,
+            )
+            _store_window(
+                p_win_t + c_k * s_win_c,
+                s_win_w,
+                p_cs + c_k * s_cs_c,
+                s_cs_w,
+                p_x + c_k,
+                s_m_n,
+                t,
+                W,
+                m_k & own_k,
+            )
+            _store_window(
+                p_win_t + c_v * s_win_c,
+                s_win_w,
+                p_cs + c_v * s_cs_c,
+                s_cs_w,
+                p_x + c_v,
+                s_m_n,
+                t,
+                W,
+                m_v,
+            )
+
+            i_tok = i_n * T + t
+            b_a = tl.load(a + i_tok * s_a_n + i_hv * K + o_k).to(tl.float32)
+            b_b = tl.load(b + i_tok * s_b_n + i_hv).to(tl.float32)
+            b_g, b_beta = _gate_beta(b_a, b_dt_bias, b_A_log, b_b, lower_bound, SAFE_GATE)
+            b_qn = _l2norm(b_q, 1e-6) * scale
+            b_kn = _l2norm(b_k.to(tl.float32), 1e-6)
+            b_S, b_o = _delta_step(b_S, b_qn, b_kn, b_v.to(tl.float32), b_g, b_beta)
+            tl.store(p_o + t * s_o_n, b_o.to(o.dtype.element_ty))
+            _save_step(
+                b_S, b_k, b_v, b_g, b_beta, p_snap, p_rawk, p_rawv, p_g, p_beta, o_v, o_k, s_snap_v, t,
+                s_snap_t, s_rawk_r, s_rawv_r, s_g_r, s_beta_r, own_v, own_k, SNAPSHOT, RING,
+            )  # fmt: skip
+
+
+def fused_kda_conv_gating_verify(
+    mixed_qkv,
+    conv_weight,
+    conv_bias,
+    conv_state,
+    conv_state_indices,
+    intermediate_conv_window,
+    intermediate_state_indices,
+    a,
+    b,
+    A_log,
+    dt_bias,
+    ssm_states,
+    cache_indices,
+    intermediate_states_buffer=None,
+    scale=None,
+    T=None,
+    num_q_heads=None,
+    num_v_heads=None,
+    head_k_dim=None,
+    head_v_dim=None,
+    lower_bound=None,
+    cache_ring=False,
+    replayssm_rawv=None,
+    replayssm_rawk=None,
+    replayssm_g=None,
+    replayssm_beta=None,
+):
+    """One-kernel KDA chain verify of T draft tokens for each of B sequences.
+
+    Args (H = num_q_heads, HV = num_v_heads, K = head_k_dim, V = head_v_dim, HV % H == 0,
+    K and V powers of two, dim = 2*H*K + HV*V, W = conv width):
+        mixed_qkv: [B*T, dim] fp16/bf16/fp32 (unit last stride), channels [q | k | v].
+        conv_weight [dim, W], conv_bias [dim] or None: any float dtype, read as fp32.
+        conv_state: [lines, dim, W-1], mixed_qkv's dtype, any strides; read only.
+        conv_state_indices: [B] int32/int64, conv line of each sequence.
+        intermediate_conv_window: [lines, >=T, dim, W-1], mixed_qkv's dtype, any strides;
+            window after step t at [intermediate_state_indices[n], t], oldest first.
+        intermediate_state_indices: [B] int32/int64, line of the windows and snapshots.
+        a: [B*T, HV*K], b: [B*T, HV] (input dtype); A_log [HV], dt_bias [HV*K] fp32.
+        ssm_states: [slots, HV, V, K] fp32, slot cache_indices[n]; read only.
+        intermediate_states_buffer: [lines, >=T, HV, V, K] fp32 snapshots, or None with
+            cache_ring=True and the ring buffers replayssm_rawk [slots, H, R, K],
+            replayssm_rawv [slots, HV, R, V] (input dtype), replayssm_g [slots, HV, R, K],
+            replayssm_beta [slots, HV, R] (fp32); R a power of two >= 2*T, step t at
+            position t of slot cache_indices[n].
+        scale: defaults to K**-0.5. lower_bound: None (standard gate) or < 0 (safe gate).
+
+    A negative index of a sequence (cache_indices, conv_state_indices or
+    intermediate_state_indices) marks it as padding: its o rows are zeros, nothing else
+    is written. ssm_states and conv_state are never written.
+
+    Returns:
+        o: [B*T, HV, V] in mixed_qkv's dtype.
+    """
+    H, HV, K, V = num_q_heads, num_v_heads, head_k_dim, head_v_dim
+    check_heads(H, HV, K, V)
+    if not isinstance(T, int) or T < 1:
+        raise ValueError(f"T must be a positive int, got {T!r}")
+    check_lower_bound(lower_bound)
+    check_tensor("mixed_qkv", mixed_qkv, ndim=2, dtype=FLOAT_DTYPES, unit_last=True)
+    N, dim = mixed_qkv.shape
+    if dim != 2 * H * K + HV * V:
+        raise ValueError(f"mixed_qkv has {dim} channels, want 2*H*K + HV*V = {2 * H * K + HV * V}")
+    if N % T:
+        raise ValueError(f"mixed_qkv has {N} tokens, not a multiple of T={T}")
+    B = N // T
+    dtype = mixed_qkv.dtype
+    check_tensor("conv_weight", conv_weight, ndim=2, dtype=FLOAT_DTYPES)
+    if conv_weight.shape[0] != dim or conv_weight.shape[1] < 2:
+        raise ValueError(f"conv_weight must be [{dim}, W>=2], got {tuple(conv_weight.shape)}")
+    W = conv_weight.shape[1]
+    if conv_bias is not None:
+        check_tensor("conv_bias", conv_bias, shape=(dim,), dtype=FLOAT_DTYPES)
+    check_tensor("conv_state", conv_state, shape=(None, dim, W - 1), dtype=dtype)
+    check_index("conv_state_indices", conv_state_indices, B)
+    window = intermediate_conv_window
+    check_tensor("intermediate_conv_window", window, ndim=4, dtype=dtype)
+    if window.shape[1] < T or window.shape[2:] != (dim, W - 1):
+        raise ValueError(
+            f"intermediate_conv_window must be [lines, >={T}, {dim}, {W - 1}], got {tuple(window.shape)}"
+        )
+    check_index("intermediate_state_indices", intermediate_state_indices, B)
+    a2 = tokens_view("a", a, N, HV * K)
+    b2 = tokens_view("b", b, N, HV)
+    check_tensor("A_log", A_log, shape=(HV,), dtype=torch.float32)
+    check_tensor("dt_bias", dt_bias, shape=(HV * K,), dtype=torch.float32)
+    ring = (replayssm_rawk, replayssm_rawv, replayssm_g, replayssm_beta)
+    check_state_and_saves(
+        ssm_states, "ssm_states", cache_indices, "cache_indices", intermediate_states_buffer,
+        intermediate_state_indices, cache_ring, ring, B, T, H, HV, K, V, dtype, require_save=True,
+    )  # fmt: skip
+    check_devices(
+        {
+            "mixed_qkv": mixed_qkv,
+            "conv_weight": conv_weight,
+            "conv_bias": conv_bias,
+            "conv_state": conv_state,
+            "conv_state_indices": conv_state_indices,
+            "intermediate_conv_window": window,
+            "intermediate_state_indices": intermediate_state_indices,
+            "a": a,
+            "b": b,
+            "A_log": A_log,
+            "dt_bias": dt_bias,
+            "ssm_states": ssm_states,
+            "cache_indices": cache_indices,
+            "intermediate_states_buffer": intermediate_states_buffer,
+            **(
+                {"replayssm_rawk": replayssm_rawk, "replayssm_rawv": replayssm_rawv}
+                if cache_ring
+                else {}
+            ),
+            **(
+                {"replayssm_g": replayssm_g, "replayssm_beta": replayssm_beta} if cache_ring else {}
+            ),
+        }
+    )
+    scale = K**-0.5 if scale is None else float(scale)
+
+    o = mixed_qkv.new_empty(N, HV, V)
+    ptrs, strides = save_args(intermediate_states_buffer, ring, cache_ring, ssm_states, dtype)
+    BV = pick_block_v(KDA_VERIFY_BLOCK_V, cache_ring, B, V)
+    grid = (B, HV, V // BV)
+    _fused_verify_kernel[grid](
+        mixed_qkv, conv_weight, conv_bias if conv_bias is not None else conv_weight, conv_state,
+        conv_state_indices, window, intermediate_state_indices, a2, b2, A_log, dt_bias,
+        ssm_states, cache_indices, o, *ptrs,
+        mixed_qkv.stride(0), *conv_weight.stride(), *conv_state.stride(), *window.stride(),
+        a2.stride(0), b2.stride(0), o.stride(0), o.stride(1), *ssm_states.stride()[:3],
+        *strides,
+        scale,
+        0.0 if lower_bound is None else float(lower_bound),
+        T=T, W=W, H=H, HV=HV, K=K, V=V, BLOCK_V=BV,
+        HAS_BIAS=conv_bias is not None,
+        SAFE_GATE=lower_bound is not None,
+        SNAPSHOT=intermediate_states_buffer is not None,
+        RING=bool(cache_ring),
+        num_warps=num_warps_for(BV, K),
+    )  # fmt: skip
+    return o

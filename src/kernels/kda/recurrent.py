@@ -1,0 +1,299 @@
+"""KDA gated delta-rule recurrence over T tokens per sequence (the second unfused kernel).
+
+One program per (sequence, value head, V tile). The fp32 state tile [BLOCK_V, K] stays in
+registers across the T steps; q and k of the value head's q/k head are loaded and
+normalized in every program (they are small and shared through L2). After each step the
+program saves either its snapshot tile or its share of the ring (see `_save_step`).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from .common import (
+    FLOAT_DTYPES,
+    _delta_step,
+    _gate_beta,
+    _l2norm,
+    _save_step,
+    check_devices,
+    check_heads,
+    check_lower_bound,
+    check_state_and_saves,
+    check_tensor,
+    num_warps_for,
+    pick_block_v,
+    save_args,
+    tokens_view,
+)
+
+# Value tile of the recurrent kernel: None picks from the shared table, an int forces it.
+RECURRENT_BLOCK_V = None
+
+
+@triton.jit
+def _recurrent_verify_kernel(
+    q,
+    k,
+    v,
+    a,
+    b,
+    A_log,
+    dt_bias,
+    h0,
+    h0_indices,
+    o,
+    snap_indices,
+    snap,
+    rawk,
+    rawv,
+    ring_g,
+    ring_beta,
+    s_q_n,
+    s_q_h,
+    s_k_n,
+    s_k_h,
+    s_v_n,
+    s_v_h,
+    s_a_n,
+    s_b_n,
+    s_o_n,
+    s_o_h,
+    s_h0_s,
+    s_h0_h,
+    s_h0_v,
+    s_snap_l,
+    s_snap_t,
+    s_snap_h,
+    s_snap_v,
+    s_rawk_s,
+    s_rawk_h,
+    s_rawk_r,
+    s_rawv_s,
+    s_rawv_h,
+    s_rawv_r,
+    s_g_s,
+    s_g_h,
+    s_g_r,
+    s_beta_s,
+    s_beta_h,
+    s_beta_r,
+    scale,
+    lower_bound,
+    T: tl.constexpr,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    SAFE_GATE: tl.constexpr,
+    SNAPSHOT: tl.constexpr,
+    RING: tl.constexpr,
+    STORE_FINAL: tl.constexpr,
+):
+    i_n = tl.program_id(0)
+    i_hv = tl.program_id(1)
+    i_v = tl.program_id(2)
+    i_h = i_hv // (HV // H)
+    o_k = tl.arange(0, K)
+    o_v = i_v * BLOCK_V + tl.arange(0, BLOCK_V)
+
+    i_slot = tl.load(h0_indices + i_n).to(tl.int64)
+    pad = i_slot < 0
+    p_snap = snap
+    if SNAPSHOT:
+        i_line = tl.load(snap_indices + i_n).to(tl.int64)
+        pad = pad | (i_line < 0)
+        p_snap = snap + i_line * s_snap_l + i_hv * s_snap_h
+
+    p_o = o + i_n * T * s_o_n + i_hv * s_o_h + o_v
+    if pad:
+        for t in tl.static_range(T):
+            tl.store(p_o + t * s_o_n, tl.zeros([BLOCK_V], dtype=tl.float32).to(o.dtype.element_ty))
+    else:
+        p_h0 = h0 + i_slot * s_h0_s + i_hv * s_h0_h + o_v[:, None] * s_h0_v + o_k[None, :]
+        b_S = tl.load(p_h0)
+        p_rawk = rawk + i_slot * s_rawk_s + i_h * s_rawk_h
+        p_rawv = rawv + i_slot * s_rawv_s + i_hv * s_rawv_h
+        p_g = ring_g + i_slot * s_g_s + i_hv * s_g_h
+        p_beta = ring_beta + i_slot * s_beta_s + i_hv * s_beta_h
+        own_v = i_v == 0
+        own_k = own_v & (i_hv % (HV // H) == 0)
+        b_A_log = tl.load(A_log + i_hv)
+        b_dt_bias = tl.load(dt_bias + i_hv * K + o_k)
+        for t in tl.static_range(T):
+            i_tok = i_n * T + t
+            b_q = tl.load(q + i_tok * s_q_n + i_h * s_q_h + o_k).to(tl.float32)
+            b_k = tl.load(k + i_tok * s_k_n + i_h * s_k_h + o_k)
+            b_v = tl.load(v + i_tok * s_v_n + i_hv * s_v_h + o_v)
+            b_a = tl.load(a + i_tok * s_a_n + i_hv * K + o_k).to(tl.float32)
+            b_b = tl.load(b + i_tok * s_b_n + i_hv).to(tl.float32)
+            b_g, b_beta = _gate_beta(b_a, b_dt_bias, b_A_log, b_b, lower_bound, SAFE_GATE)
+            b_qn = _l2norm(b_q, 1e-6) * scale
+            b_kn = _l2norm(b_k.to(tl.float32), 1e-6)
+            b_S, b_o = _delta_step(b_S, b_qn, b_kn, b_v.to(tl.float32), b_g, b_beta)
+            tl.store(p_o + t * s_o_n, b_o.to(o.dtype.element_ty))
+            _save_step(
+                b_S, b_k, b_v, b_g, b_beta, p_snap, p_rawk, p_rawv, p_g, p_beta, o_v, o_k, s_snap_v, t,
+                s_snap_t, s_rawk_r, s_rawv_r, s_g_r, s_beta_r, own_v, own_k, SNAPSHOT, RING,
+            )  # fmt: skip
+        if STORE_FINAL:
+            tl.store(p_h0, b_S)
+
+
+def fused_sigmoid_gating_delta_rule_update(
+    A_log,
+    a,
+    dt_bias,
+    softplus_beta=1.0,
+    softplus_threshold=20.0,
+    q=None,
+    k=None,
+    v=None,
+    b=None,
+    initial_state_source=None,
+    initial_state_indices=None,
+    scale=None,
+    use_qk_l2norm_in_kernel=True,
+    cu_seqlens=None,
+    is_kda=True,
+    disable_state_update=False,
+    intermediate_states_buffer=None,
+    intermediate_state_indices=None,
+    cache_steps=None,
+    retrieve_parent_token=None,
+    lower_bound=None,
+    cache_ring=False,
+    replayssm_rawv=None,
+    replayssm_rawk=None,
+    replayssm_g=None,
+    replayssm_beta=None,
+):
+    """KDA gate + beta + gated delta rule over T tokens of B sequences (chain verify/decode).
+
+    Shapes (N = B*T tokens; H q/k heads, HV value heads, HV % H == 0; K, V powers of two):
+        q, k: [1, N, H, K] with cu_seqlens, else [B, T, H, K]; input dtype, unit last stride
+        v: [..., HV, V] with the same token layout; a: N tokens of HV*K; b: N tokens of HV
+        A_log [HV], dt_bias [HV*K]: fp32
+        initial_state_source: [slots, HV, V, K] fp32, slot of sequence n =
+            initial_state_indices[n] (int32/int64 [B], negative = padded sequence: its o
+            rows are zeros and nothing else is written)
+        intermediate_states_buffer: [lines, >=T, HV, V, K] fp32 (snapshot after step t at
+            [intermediate_state_indices[n], t]), or None
+        cache_ring: write the ring instead: replayssm_rawk [slots, H, R, K], replayssm_rawv
+            [slots, HV, R, V] (input dtype), replayssm_g [slots, HV, R, K], replayssm_beta
+            [slots, HV, R] (fp32), step t at position t of slot initial_state_indices[n];
+            R a power of two >= 2*T.
+    Returns:
+        o: q.shape[:-2] + (HV, V), q's dtype.
+
+    Math (kernels.kda.reference is the plain PyTorch version): g = -exp(A_log) softplus(a + dt_bias)
+    or, with lower_bound < 0, lower_bound * sigmoid(exp(A_log) (a + dt_bias)); beta =
+    sigmoid(b); q, k L2-normalized in-kernel; scale defaults to K**-0.5.
+    disable_state_update=True (verify) leaves initial_state_source untouched and needs
+    exactly one of snapshots / ring; False also writes the state after the last token back.
+
+    Fixed choices, accepted for call compatibility (other values raise ValueError):
+    softplus_beta=1.0, softplus_threshold=20.0, use_qk_l2norm_in_kernel=True, is_kda=True,
+    retrieve_parent_token=None (chains only). cache_steps, if given, must be >= T.
+    cu_seqlens, if given, must be arange(B+1)*T: its shape is always checked, its values
+    only for CPU tensors (reading a GPU tensor would synchronize).
+    """
+    if softplus_beta != 1.0 or softplus_threshold != 20.0:
+        raise ValueError("only softplus_beta=1.0 and softplus_threshold=20.0 are supported")
+    if not use_qk_l2norm_in_kernel:
+        raise ValueError("use_qk_l2norm_in_kernel must be True")
+    if not is_kda:
+        raise ValueError("is_kda must be True (per-channel KDA gate)")
+    if retrieve_parent_token is not None:
+        raise ValueError("retrieve_parent_token must be None: only chain verify is supported")
+    check_lower_bound(lower_bound)
+    check_tensor("q", q, ndim=4, dtype=FLOAT_DTYPES, unit_last=True)
+    Bq, Tq, H, K = q.shape
+    check_tensor("k", k, shape=(Bq, Tq, H, K), dtype=q.dtype, unit_last=True)
+    check_tensor("v", v, ndim=4, dtype=q.dtype, unit_last=True)
+    HV, V = v.shape[2:]
+    check_tensor("v", v, shape=(Bq, Tq, HV, V))
+    check_heads(H, HV, K, V)
+    N = Bq * Tq
+    if cu_seqlens is None:
+        B, T = Bq, Tq
+    else:
+        check_tensor("cu_seqlens", cu_seqlens, ndim=1, dtype=(torch.int32, torch.int64))
+        B = cu_seqlens.numel() - 1
+        if Bq != 1 or B < 1 or N % B:
+            raise ValueError(
+                f"cu_seqlens of {B + 1} entries does not split q of shape {tuple(q.shape)}"
+            )
+        T = N // B
+        if cu_seqlens.device.type == "cpu":
+            want = torch.arange(B + 1, dtype=cu_seqlens.dtype) * T
+            if not torch.equal(cu_seqlens, want):
+                raise ValueError(f"cu_seqlens must be arange(B+1)*T with T={T}")
+    if cache_steps is not None and cache_steps < T:
+        raise ValueError(f"cache_steps={cache_steps} is smaller than T={T}")
+    q3, k3, v3 = q.reshape(N, H, K), k.reshape(N, H, K), v.reshape(N, HV, V)
+    a2 = tokens_view("a", a, N, HV * K)
+    b2 = tokens_view("b", b, N, HV)
+    check_tensor("A_log", A_log, shape=(HV,), dtype=torch.float32)
+    check_tensor("dt_bias", dt_bias, shape=(HV * K,), dtype=torch.float32)
+    ring = (replayssm_rawk, replayssm_rawv, replayssm_g, replayssm_beta)
+    check_state_and_saves(
+        initial_state_source, "initial_state_source", initial_state_indices, "initial_state_indices",
+        intermediate_states_buffer, intermediate_state_indices, cache_ring, ring,
+        B, T, H, HV, K, V, q.dtype, require_save=disable_state_update,
+    )  # fmt: skip
+    check_devices(
+        {
+            "q": q,
+            "k": k,
+            "v": v,
+            "a": a,
+            "b": b,
+            "A_log": A_log,
+            "dt_bias": dt_bias,
+            "initial_state_source": initial_state_source,
+            "initial_state_indices": initial_state_indices,
+            "intermediate_states_buffer": intermediate_states_buffer,
+            "intermediate_state_indices": intermediate_state_indices,
+            **(
+                {"replayssm_rawk": replayssm_rawk, "replayssm_rawv": replayssm_rawv}
+                if cache_ring
+                else {}
+            ),
+            **(
+                {"replayssm_g": replayssm_g, "replayssm_beta": replayssm_beta} if cache_ring else {}
+            ),
+        }
+    )
+    scale = K**-0.5 if scale is None else float(scale)
+
+    o = q.new_empty(*q.shape[:-2], HV, V)
+    o3 = o.view(N, HV, V)
+    ptrs, strides = save_args(
+        intermediate_states_buffer, ring, cache_ring, initial_state_source, q.dtype
+    )
+    snap_idx = (
+        intermediate_state_indices
+        if intermediate_states_buffer is not None
+        else initial_state_indices
+    )
+    BV = pick_block_v(RECURRENT_BLOCK_V, cache_ring, B, V)
+    grid = (B, HV, V // BV)
+    _recurrent_verify_kernel[grid](
+        q3, k3, v3, a2, b2, A_log, dt_bias, initial_state_source, initial_state_indices, o3, snap_idx,
+        *ptrs,
+        q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1), v3.stride(0), v3.stride(1),
+        a2.stride(0), b2.stride(0), o3.stride(0), o3.stride(1),
+        *initial_state_source.stride()[:3],
+        *strides,
+        scale,
+        0.0 if lower_bound is None else float(lower_bound),
+        T=T, H=H, HV=HV, K=K, V=V, BLOCK_V=BV,
+        SAFE_GATE=lower_bound is not None,
+        SNAPSHOT=intermediate_states_buffer is not None,
+        RING=bool(cache_ring),
+        STORE_FINAL=not disable_state_update,
+        num_warps=num_warps_for(BV, K),
+    )  # fmt: skip
+    return o

@@ -1,0 +1,385 @@
+"""KDA chain verify: the four modes against the reference, ring bytes, replay, tiles, decode.
+
+Every call goes through `make_runner`, which calls the kernels with the same keywords and
+tensor views as the benchmark (transposed conv pools, [1, B*T, H, K] q/k/v views). Output
+buffers are NaN-poisoned first, so that missing writes and writes to rows or ring positions
+that must stay untouched both show.
+"""
+
+import pytest
+import torch
+
+import kernels.kda.fused_verify as fused_mod
+from kernels.kda import (
+    causal_conv1d_update,
+    fused_kda_conv_gating_verify,
+    fused_sigmoid_gating_delta_rule_update,
+)
+from kernels.kda import reference as ref_mod
+
+W = 4
+RING = 16
+MODES = ("unfused", "unfused+ring", "fused", "fused+ring")
+NAN = float("nan")
+
+
+def tol(dtype):
+    return {torch.float32: 1e-5, torch.float16: 5e-3}.get(dtype, 1e-2)
+
+
+def rel_err(got, ref):
+    got, ref = got.float(), ref.float()
+    return ((got - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def same_bits(x, y):
+    """Bitwise equality, NaN poison included."""
+    ints = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    it = ints[x.element_size()]
+    return x.dtype == y.dtype and x.shape == y.shape and torch.equal(x.view(it), y.view(it))
+
+
+def make_inputs(B, T, H, HV, K, V, dtype, device, seed=0, pad=None, ring_len=RING):
+    """Seeded inputs with NaN-poisoned outputs, non-identity slot/line maps, optional padding."""
+    g = torch.Generator().manual_seed(seed)
+    dim = 2 * H * K + HV * V
+    N, lines = B * T, B + 2
+    rnd = lambda *s, dt=dtype, sc=1.0: (torch.randn(*s, generator=g) * sc).to(
+        device=device, dtype=dt
+    )
+    full = lambda *s, dt=dtype: torch.full(s, NAN, device=device, dtype=dt)
+    # Slots and lines are shuffled and differ from each other, so a wrong index shows.
+    slots = torch.randperm(lines, generator=g)[:B].to(torch.int32)
+    inter = torch.randperm(lines, generator=g)[:B].to(torch.int32)
+    if pad is not None:
+        slots[pad] = -1
+    return {
+        "mixed": rnd(N, dim, sc=0.5),
+        "w": rnd(dim, W, sc=0.3),
+        "bias": rnd(dim, sc=0.1),
+        "a": rnd(N, HV * K, sc=0.5),
+        "b": rnd(N, HV),
+        "A_log": rnd(HV, dt=torch.float32, sc=0.5),
+        "dt_bias": rnd(HV * K, dt=torch.float32, sc=0.5),
+        "conv_pool": rnd(lines, W - 1, dim),
+        "ssm": rnd(lines, HV, V, K, dt=torch.float32, sc=0.2),
+        "win_pool": full(lines, T, W - 1, dim),
+        "inter_ssm": full(lines, T, HV, V, K, dt=torch.float32),
+        "rawv": full(lines, HV, ring_len, V),
+        "rawk": full(lines, H, ring_len, K),
+        "g": full(lines, HV, ring_len, K, dt=torch.float32),
+        "beta": full(lines, HV, ring_len, dt=torch.float32),
+        "cache_indices": slots.to(device),
+        "inter_indices": inter.to(device),
+        "cu": torch.arange(0, B + 1, device=device, dtype=torch.int32) * T,
+    }
+
+
+def _ring_kwargs(inp, on):
+    names = ("rawv", "rawk", "g", "beta")
+    return dict(cache_ring=on, **{f"replayssm_{n}": inp[n] if on else None for n in names})
+
+
+def fused_kwargs(mode, inp, T, H, HV, K, V, lower_bound=None):
+    """Keywords of the benchmark's fused call."""
+    ring = mode.endswith("+ring")
+    return dict(
+        mixed_qkv=inp["mixed"],
+        conv_weight=inp["w"],
+        conv_bias=inp["bias"],
+        conv_state=inp["conv_pool"].transpose(-1, -2),
+        conv_state_indices=inp["cache_indices"],
+        intermediate_conv_window=inp["win_pool"].transpose(-1, -2),
+        intermediate_state_indices=inp["inter_indices"],
+        a=inp["a"],
+        b=inp["b"],
+        A_log=inp["A_log"],
+        dt_bias=inp["dt_bias"],
+        ssm_states=inp["ssm"],
+        cache_indices=inp["cache_indices"],
+        intermediate_states_buffer=None if ring else inp["inter_ssm"],
+        scale=K**-0.5,
+        T=T,
+        num_q_heads=H,
+        num_v_heads=HV,
+        head_k_dim=K,
+        head_v_dim=V,
+        lower_bound=lower_bound,
+        **_ring_kwargs(inp, ring),
+    )
+
+
+def conv_args(inp, B, T):
+    """Positional and keyword arguments of the benchmark's conv call."""
+    x3 = inp["mixed"].reshape(B, T, -1).transpose(1, 2)
+    args = (x3, inp["conv_pool"].transpose(-1, -2), inp["w"], inp["bias"])
+    kwargs = dict(
+        activation="silu",
+        conv_state_indices=inp["cache_indices"],
+        intermediate_conv_window=inp["win_pool"].transpose(-1, -2),
+        intermediate_state_indices=inp["inter_indices"],
+    )
+    return args, kwargs
+
+
+def recurrent_kwargs(mode, inp, conv_out, T, H, HV, K, V, lower_bound=None):
+    """Keywords of the benchmark's recurrent call; conv_out is [B, dim, T] as the conv returns."""
+    ring = mode.endswith("+ring")
+    N = inp["mixed"].shape[0]
+    q, k, v = conv_out.transpose(1, 2).reshape(N, -1).split([H * K, H * K, HV * V], -1)
+    return dict(
+        A_log=inp["A_log"],
+        a=inp["a"],
+        dt_bias=inp["dt_bias"],
+        softplus_beta=1.0,
+        softplus_threshold=20.0,
+        q=q.unflatten(-1, (H, K)).unsqueeze(0),
+        k=k.unflatten(-1, (H, K)).unsqueeze(0),
+        v=v.unflatten(-1, (HV, V)).unsqueeze(0),
+        b=inp["b"],
+        initial_state_source=inp["ssm"],
+        initial_state_indices=inp["cache_indices"],
+        use_qk_l2norm_in_kernel=True,
+        cu_seqlens=inp["cu"],
+        is_kda=True,
+        disable_state_update=True,
+        intermediate_states_buffer=None if ring else inp["inter_ssm"],
+        intermediate_state_indices=None if ring else inp["inter_indices"],
+        cache_steps=T,
+        retrieve_parent_token=None,
+        lower_bound=lower_bound,
+        **_ring_kwargs(inp, ring),
+    )
+
+
+def make_runner(mode, inp, B, T, H, HV, K, V, lower_bound=None):
+    """The benchmark's call pattern for one mode (same keywords and views)."""
+    if mode.startswith("fused"):
+        kw = fused_kwargs(mode, inp, T, H, HV, K, V, lower_bound)
+        return lambda: fused_kda_conv_gating_verify(**kw)
+
+    def unfused():
+        args, kwargs = conv_args(inp, B, T)
+        conv_out = causal_conv1d_update(*args, **kwargs)
+        kw = recurrent_kwargs(mode, inp, conv_out, T, H, HV, K, V, lower_bound)
+        return fused_sigmoid_gating_delta_rule_update(**kw)
+
+    return unfused
+
+
+def reference(inp, T, H, HV, K, V, lower_bound=None):
+    return ref_mod.verify(
+        inp["mixed"], inp["w"], inp["bias"], inp["conv_pool"].transpose(-1, -2),
+        inp["cache_indices"], inp["a"], inp["b"], inp["A_log"], inp["dt_bias"], inp["ssm"],
+        inp["cache_indices"], T, H, HV, K, V, lower_bound=lower_bound,
+    )  # fmt: skip
+
+
+def _unused_rows_poisoned(buf, rows):
+    keep = torch.ones(buf.shape[0], dtype=torch.bool)
+    keep[rows] = False
+    return bool(buf[keep.to(buf.device)].isnan().all())
+
+
+def check_verify(mode, inp, before, o, ref, T, dtype):
+    """Everything one verify call must (and must not) have written."""
+    valid = [n for n in range(len(ref["pad"])) if not ref["pad"][n]]
+    slots = [int(inp["cache_indices"][n]) for n in valid]
+    lines = [int(inp["inter_indices"][n]) for n in valid]
+    o = o.reshape(ref["o"].shape)
+    assert rel_err(o, ref["o"]) < tol(dtype), "o"
+    assert bool((o.reshape(-1, T, *o.shape[1:])[ref["pad"]] == 0).all()), "padded o rows"
+    # Read-only state, bitwise; windows are raw-input copies, bitwise.
+    assert same_bits(inp["ssm"], before["ssm"]) and same_bits(inp["conv_pool"], before["conv_pool"])
+    win = inp["win_pool"].transpose(-1, -2)
+    for n, line in zip(valid, lines, strict=True):
+        assert same_bits(win[line], ref["windows"][n]), f"window of sequence {n}"
+    assert _unused_rows_poisoned(win, lines), "windows of unused lines"
+    ring_names = ("rawk", "rawv", "g", "beta")
+    if mode.endswith("+ring"):
+        assert bool(inp["inter_ssm"].isnan().all()), "snapshots written in ring mode"
+        for name in ring_names:
+            buf = inp[name]
+            for n, slot in zip(valid, slots, strict=True):
+                assert rel_err(buf[slot][:, :T], ref[name][n]) < tol(dtype), f"ring {name} seq {n}"
+                assert bool(buf[slot][:, T:].isnan().all()), f"ring {name}: positions >= T"
+            assert _unused_rows_poisoned(buf, slots), f"ring {name}: unused slots"
+    else:
+        assert all(bool(inp[n].isnan().all()) for n in ring_names), "ring written in snapshot mode"
+        for n, line in zip(valid, lines, strict=True):
+            got = inp["inter_ssm"][line]
+            assert rel_err(got, ref["states"][n]) < tol(dtype), f"snapshots of sequence {n}"
+        assert _unused_rows_poisoned(inp["inter_ssm"], lines), "snapshots of unused lines"
+
+
+def run_and_check(mode, B, T, H, HV, K, V, dtype, device, lower_bound=None, pad=None, seed=0):
+    inp = make_inputs(B, T, H, HV, K, V, dtype, device, seed=seed, pad=pad)
+    before = {n: inp[n].clone() for n in ("ssm", "conv_pool")}
+    ref = reference(inp, T, H, HV, K, V, lower_bound)
+    o = make_runner(mode, inp, B, T, H, HV, K, V, lower_bound)()
+    assert o.dtype == dtype
+    assert o.shape == ((B * T, HV, V) if mode.startswith("fused") else (1, B * T, HV, V))
+    check_verify(mode, inp, before, o, ref, T, dtype)
+    return inp, o
+
+
+@pytest.fixture
+def one_tile(monkeypatch):
+    """Force one V tile per value head (fewest programs under the interpreter)."""
+    monkeypatch.setattr(fused_mod, "KDA_VERIFY_BLOCK_V", 32)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    "B,T,H,HV,lower_bound,pad",
+    [(3, 3, 2, 2, None, 1), (2, 4, 1, 2, -5.0, None)],
+    ids=["HV=H-std-pad", "HV=2H-safe"],
+)
+def test_modes_vs_reference(mode, B, T, H, HV, lower_bound, pad, cpu_dtype, device, one_tile):
+    run_and_check(mode, B, T, H, HV, 16, 16, cpu_dtype, device, lower_bound, pad)
+
+
+@pytest.mark.parametrize("lower_bound", [None, -5.0])
+def test_ring_bytes_fused_equal_unfused(lower_bound, cpu_dtype, device):
+    """fused+ring and unfused+ring fill the whole ring with identical bytes."""
+    B, T, H, HV, K, V = 3, 2, 2, 4, 16, 16
+    runs = {}
+    for mode in ("unfused+ring", "fused+ring"):
+        inp = make_inputs(B, T, H, HV, K, V, cpu_dtype, device, seed=7, pad=2)
+        make_runner(mode, inp, B, T, H, HV, K, V, lower_bound)()
+        runs[mode] = inp
+    for name in ("rawv", "rawk", "g", "beta", "win_pool"):
+        assert same_bits(runs["unfused+ring"][name], runs["fused+ring"][name]), name
+
+
+def test_replay_matches_snapshots(cpu_dtype, device, one_tile):
+    """Replaying the ring for every accepted length gives the snapshot of that step."""
+    B, T, H, HV, K, V = 2, 4, 1, 2, 16, 16
+    snap, _ = run_and_check("fused", B, T, H, HV, K, V, cpu_dtype, device, -5.0, seed=3)
+    ring, _ = run_and_check("fused+ring", B, T, H, HV, K, V, cpu_dtype, device, -5.0, seed=3)
+    ref = reference(ring, T, H, HV, K, V, -5.0)
+    ci, lines = ring["cache_indices"], ring["inter_indices"].long()
+    bufs = [ring[n] for n in ("rawk", "rawv", "g", "beta")]
+    for acc in range(1, T + 1):
+        before = [t.clone() for t in bufs + [ring["ssm"]]]
+        new = ref_mod.replay(ring["ssm"], ci, *bufs, acc)
+        assert all(same_bits(x, y) for x, y in zip(before, bufs + [ring["ssm"]], strict=True)), (
+            "replay wrote"
+        )
+        assert rel_err(new, snap["inter_ssm"][lines, acc - 1]) < 1e-5
+        # The reference replays its own ring in the same order: bit-equal to its snapshots.
+        ref_ring = [
+            ref[n].new_full((B + 2, *ref[n].shape[1:]), NAN) for n in ("rawk", "rawv", "g", "beta")
+        ]
+        for r, n in zip(ref_ring, ("rawk", "rawv", "g", "beta"), strict=True):
+            r[ci.long()] = ref[n]
+        assert torch.equal(
+            ref_mod.replay(ring["ssm"], ci, *ref_ring, acc), ref["states"][:, acc - 1]
+        )
+    # Per-sequence accepted lengths.
+    acc = torch.tensor([1, T], device=device)
+    new = ref_mod.replay(ring["ssm"], ci, *bufs, acc)
+    assert rel_err(new[0], snap["inter_ssm"][lines[0], 0]) < 1e-5
+    assert rel_err(new[1], snap["inter_ssm"][lines[1], T - 1]) < 1e-5
+
+
+@pytest.mark.parametrize("mode", ["fused", "fused+ring"])
+def test_block_v_choices_agree(mode, device, monkeypatch):
+    B, T, H, HV, K, V = 1, 2, 1, 2, 16, 16
+    results = []
+    for bv in (None, 2, 4, 8, 16, 32):
+        monkeypatch.setattr(fused_mod, "KDA_VERIFY_BLOCK_V", bv)
+        inp, o = run_and_check(mode, B, T, H, HV, K, V, torch.float32, device, seed=5)
+        results.append((o, inp))
+    o0, inp0 = results[0]
+    for o, inp in results[1:]:
+        assert rel_err(o, o0) < 1e-6
+        assert rel_err(inp["inter_ssm"].nan_to_num(), inp0["inter_ssm"].nan_to_num()) < 1e-6
+        for name in ("rawk", "rawv", "g", "beta", "win_pool"):
+            assert same_bits(inp[name], inp0[name]), name
+
+
+def test_block_v_rejects_non_power_of_two(device, monkeypatch):
+    inp = make_inputs(1, 2, 1, 1, 16, 16, torch.float32, device)
+    monkeypatch.setattr(fused_mod, "KDA_VERIFY_BLOCK_V", 3)
+    with pytest.raises(ValueError, match="KDA_VERIFY_BLOCK_V"):
+        make_runner("fused", inp, 1, 2, 1, 1, 16, 16)()
+    assert bool(inp["win_pool"].isnan().all())
+
+
+def test_disable_state_update_false(cpu_dtype, device):
+    """Ordinary decode: [B, T, H, K] layout, no save buffers, final state written back."""
+    B, T, H, HV, K, V = 2, 2, 1, 2, 16, 16
+    inp = make_inputs(B, T, H, HV, K, V, cpu_dtype, device, seed=11)
+    ref = reference(inp, T, H, HV, K, V)
+    dim = 2 * H * K + HV * V
+    q, k, v = ref["conv_out"].split([H * K, H * K, HV * V], -1)
+    before = inp["ssm"].clone()
+    o = fused_sigmoid_gating_delta_rule_update(
+        A_log=inp["A_log"],
+        a=inp["a"],
+        dt_bias=inp["dt_bias"],
+        q=q.unflatten(-1, (H, K)),
+        k=k.unflatten(-1, (H, K)),
+        v=v.unflatten(-1, (HV, V)),
+        b=inp["b"],
+        initial_state_source=inp["ssm"],
+        initial_state_indices=inp["cache_indices"],
+    )
+    assert o.shape == (B, T, HV, V) and dim == q.shape[-1] * 2 + v.shape[-1]
+    assert rel_err(o.reshape(B * T, HV, V), ref["o"]) < tol(cpu_dtype)
+    slots = inp["cache_indices"].long()
+    assert rel_err(inp["ssm"][slots], ref["final"]) < tol(cpu_dtype)
+    keep = torch.ones(B + 2, dtype=torch.bool)
+    keep[slots] = False
+    assert same_bits(inp["ssm"][keep], before[keep])
+
+
+@pytest.mark.parametrize("T", [1, 2, 5])
+def test_conv_decode_rolls_state(T, cpu_dtype, device):
+    """No window buffer: outputs plus the state rolled in place; padded lines untouched."""
+    B, dim = 3, 300  # dim not a multiple of the channel block: exercises the mask
+    g = torch.Generator().manual_seed(T)
+    rnd = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=cpu_dtype)
+    x = rnd(B, T, dim)
+    state = rnd(B + 2, dim, W - 1)
+    w, bias = rnd(dim, W), rnd(dim)
+    idx = torch.tensor([4, -1, 0], dtype=torch.int32, device=device)
+    before = state.clone()
+    xin = x[:, 0] if T == 1 else x.transpose(1, 2)
+    out = causal_conv1d_update(xin, state, w, bias, activation="silu", conv_state_indices=idx)
+    assert out.shape == xin.shape and out.stride() == xin.stride()
+    out = out.unsqueeze(-1) if T == 1 else out
+    y, _, new_state = ref_mod.conv_steps(x, before[idx.long().clamp(min=0)], w, bias)
+    for n, line in enumerate(idx.tolist()):
+        if line < 0:
+            assert bool((out[n] == 0).all())
+            continue
+        assert rel_err(out[n].transpose(0, 1), y[n]) < tol(cpu_dtype)
+        assert same_bits(state[line], new_state[n])
+    for line in (1, 2, 3):
+        assert same_bits(state[line], before[line])
+
+
+# ---------------------------------------------------------------------------------------
+# bf16 at the benchmark's shape (GPU only)
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B", [1, 4, 64])
+@pytest.mark.parametrize("HV", [8, 16])
+@pytest.mark.parametrize("lower_bound", [None, -5.0])
+def test_gpu_bf16_seed_shape(B, HV, lower_bound):
+    T, H, K, V = 4, 8, 128, 128
+    for mode in MODES:
+        run_and_check(
+            mode, B, T, H, HV, K, V, torch.bfloat16, "cuda", lower_bound, pad=0 if B > 1 else None
+        )
+    runs = {}
+    for mode in ("unfused+ring", "fused+ring"):
+        inp = make_inputs(B, T, H, HV, K, V, torch.bfloat16, "cuda", seed=7)
+        make_runner(mode, inp, B, T, H, HV, K, V, lower_bound)()
+        runs[mode] = inp
+    for name in ("rawv", "rawk", "g", "beta"):
+        assert same_bits(runs["unfused+ring"][name], runs["fused+ring"][name]), name

@@ -1,0 +1,384 @@
+"""GPU check of the KDA chain-verify kernels: bf16 correctness, ring bytes, timings, BLOCK_V sweep.
+
+    python tools/gpu_check_kda.py --out DIR      (about 2-4 minutes on an H200)
+
+Shape: H=8, HV in {8, 16}, K=V=128, T=4, W=4, ring length 16, B in 1..64, standard and safe
+gate (lower_bound -5). For every (HV, gate, B):
+  * correctness of the four modes against kernels.kda.reference (o, conv windows,
+    snapshots or ring entries, untouched ring positions / rows, read-only states);
+  * fused+ring vs unfused+ring ring buffers compared bitwise (whole buffers);
+  * time per call from CUDA-graph replays: "seed" replays 10 captured calls on the same
+    buffers; "cold" captures one call per disjoint input set, with enough sets (>= 10) that
+    their data is about 3x the L2, so no call finds its state in L2.
+Then a KDA_VERIFY_BLOCK_V sweep (2..32) of the fused modes at B in {1, 16, 64}.
+Failures are recorded and the run continues. Writes DIR/kda_check.json and DIR/kda_check.txt.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+if "--cpu-smoke" in sys.argv:  # the interpreter switch is read when kernels are imported
+    os.environ["TRITON_INTERPRET"] = "1"
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+
+import kernels.kda.fused_verify as fused_mod  # noqa: E402
+from kernels.kda import (  # noqa: E402
+    causal_conv1d_update,
+    fused_kda_conv_gating_verify,
+    fused_sigmoid_gating_delta_rule_update,
+)
+from kernels.kda import reference as ref_mod  # noqa: E402
+
+H, K, V, T, W, RING = 8, 128, 128, 4, 4, 16
+DT = torch.bfloat16
+DEV = "cuda"
+MODES = ("unfused", "unfused+ring", "fused", "fused+ring")
+GATES = {"std": None, "safe": -5.0}
+L2_BYTES = 60 * 2**20
+LOG = []
+
+
+def log(msg=""):
+    print(msg, flush=True)
+    LOG.append(msg)
+
+
+def make_set(B, HV, seed):
+    """One input set on the GPU; outputs NaN-poisoned; slots/lines a shuffled map."""
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    dim = 2 * H * K + HV * V
+    lines = B + 1
+    rnd = lambda *s, dt=DT, sc=1.0: (torch.randn(*s, device=DEV, generator=g) * sc).to(dt)
+    nan = lambda *s, dt=DT: torch.full(s, float("nan"), device=DEV, dtype=dt)
+    perm = lambda: torch.randperm(lines, device=DEV, generator=g)[:B].to(torch.int32)
+    return {
+        "mixed": rnd(B * T, dim, sc=0.5),
+        "w": rnd(dim, W, sc=0.3),
+        "bias": rnd(dim, sc=0.1),
+        "a": rnd(B * T, HV * K, sc=0.5),
+        "b": rnd(B * T, HV),
+        "A_log": rnd(HV, dt=torch.float32, sc=0.5),
+        "dt_bias": rnd(HV * K, dt=torch.float32, sc=0.5),
+        "conv_pool": rnd(lines, W - 1, dim),
+        "ssm": rnd(lines, HV, V, K, dt=torch.float32, sc=0.2),
+        "win_pool": nan(lines, T, W - 1, dim),
+        "inter_ssm": nan(lines, T, HV, V, K, dt=torch.float32),
+        "rawv": nan(lines, HV, RING, V),
+        "rawk": nan(lines, H, RING, K),
+        "g": nan(lines, HV, RING, K, dt=torch.float32),
+        "beta": nan(lines, HV, RING, dt=torch.float32),
+        "cache_indices": perm(),
+        "inter_indices": perm(),
+        "cu": torch.arange(B + 1, device=DEV, dtype=torch.int32) * T,
+    }
+
+
+def cold_sets(B, HV, seed):
+    """Input sets for the cold timing: at least 10, and enough that the bytes a ring-mode call
+    touches (everything but the snapshot buffer) add up to about 3x the L2."""
+    first = make_set(B, HV, seed)
+    touched = sum(t.numel() * t.element_size() for n, t in first.items() if n != "inter_ssm")
+    n_sets = max(10, min(256, math.ceil(3 * L2_BYTES / touched)))
+    return [first] + [make_set(B, HV, seed + i) for i in range(1, n_sets)]
+
+
+def runner(mode, s, B, HV, lb):
+    """The benchmark's call pattern for one mode on input set s."""
+    dim = 2 * H * K + HV * V
+    ring = mode.endswith("+ring")
+    rk = dict(
+        cache_ring=ring,
+        **{f"replayssm_{n}": s[n] if ring else None for n in ("rawv", "rawk", "g", "beta")},
+    )
+    snap = None if ring else s["inter_ssm"]
+    conv_state = s["conv_pool"].transpose(-1, -2)
+    window = s["win_pool"].transpose(-1, -2)
+    if mode.startswith("fused"):
+        return lambda: fused_kda_conv_gating_verify(
+            mixed_qkv=s["mixed"], conv_weight=s["w"], conv_bias=s["bias"],
+            conv_state=conv_state, conv_state_indices=s["cache_indices"],
+            intermediate_conv_window=window, intermediate_state_indices=s["inter_indices"],
+            a=s["a"], b=s["b"], A_log=s["A_log"], dt_bias=s["dt_bias"], ssm_states=s["ssm"],
+            cache_indices=s["cache_indices"], intermediate_states_buffer=snap, scale=K**-0.5,
+            T=T, num_q_heads=H, num_v_heads=HV, head_k_dim=K, head_v_dim=V, lower_bound=lb, **rk,
+        )  # fmt: skip
+
+    def fn():
+        x3 = s["mixed"].reshape(B, T, dim).transpose(1, 2)
+        y = causal_conv1d_update(
+            x3, conv_state, s["w"], s["bias"], activation="silu",
+            conv_state_indices=s["cache_indices"], intermediate_conv_window=window,
+            intermediate_state_indices=s["inter_indices"],
+        )  # fmt: skip
+        q, k, v = y.transpose(1, 2).reshape(B * T, dim).split([H * K, H * K, HV * V], dim=-1)
+        return fused_sigmoid_gating_delta_rule_update(
+            A_log=s["A_log"], a=s["a"], dt_bias=s["dt_bias"], softplus_beta=1.0,
+            softplus_threshold=20.0, q=q.unflatten(-1, (H, K)).unsqueeze(0),
+            k=k.unflatten(-1, (H, K)).unsqueeze(0), v=v.unflatten(-1, (HV, V)).unsqueeze(0),
+            b=s["b"], initial_state_source=s["ssm"], initial_state_indices=s["cache_indices"],
+            use_qk_l2norm_in_kernel=True, cu_seqlens=s["cu"], is_kda=True,
+            disable_state_update=True, intermediate_states_buffer=snap,
+            intermediate_state_indices=None if ring else s["inter_indices"], cache_steps=T,
+            retrieve_parent_token=None, lower_bound=lb, **rk,
+        )  # fmt: skip
+
+    return fn
+
+
+def sync():
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+
+
+def rel(got, ref):
+    got, ref = got.float(), ref.float()
+    return ((got - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def bits(x):
+    return x.view({2: torch.int16, 4: torch.int32}[x.element_size()])
+
+
+def check_mode(mode, B, HV, lb):
+    """Run one mode on fresh poisoned buffers; return its error metrics and a pass flag."""
+    s = make_set(B, HV, seed=11)
+    if B > 1:
+        s["cache_indices"][0] = -1  # one padded sequence
+    keep = {n: s[n].clone() for n in ("ssm", "conv_pool")}
+    ref = ref_mod.verify(
+        s["mixed"], s["w"], s["bias"], s["conv_pool"].transpose(-1, -2), s["cache_indices"],
+        s["a"], s["b"], s["A_log"], s["dt_bias"], s["ssm"], s["cache_indices"], T, H, HV, K, V,
+        lower_bound=lb,
+    )  # fmt: skip
+    o = runner(mode, s, B, HV, lb)().reshape(B * T, HV, V)
+    sync()
+    valid = (~ref["pad"]).nonzero().flatten()
+    slots, lines = s["cache_indices"][valid].long(), s["inter_indices"][valid].long()
+    unused = lambda buf, rows: bool(
+        buf[~torch.isin(torch.arange(len(buf), device=DEV), rows)].isnan().all()
+    )
+    m = {
+        "o_err": rel(o, ref["o"]),
+        "pad_o_zero": bool((o.view(B, T, HV, V)[ref["pad"]] == 0).all()),
+    }
+    m["states_untouched"] = all(torch.equal(bits(s[n]), bits(keep[n])) for n in keep)
+    win = s["win_pool"].transpose(-1, -2)
+    m["windows_exact"] = torch.equal(bits(win[lines]), bits(ref["windows"][valid].contiguous()))
+    m["windows_unused_untouched"] = unused(win, lines)
+    if mode.endswith("+ring"):
+        m["snapshots_untouched"] = bool(s["inter_ssm"].isnan().all())
+        for n in ("rawk", "rawv", "g", "beta"):
+            m[f"{n}_err"] = rel(s[n][slots][:, :, :T], ref[n][valid])
+            m[f"{n}_tail_untouched"] = bool(s[n][slots][:, :, T:].isnan().all()) and unused(
+                s[n], slots
+            )
+    else:
+        m["snap_err"] = rel(s["inter_ssm"][lines], ref["states"][valid])
+        m["snap_unused_untouched"] = unused(s["inter_ssm"], lines)
+        m["ring_untouched"] = all(bool(s[n].isnan().all()) for n in ("rawk", "rawv", "g", "beta"))
+    ok = all(v < 1e-2 if k.endswith("_err") else v for k, v in m.items())
+    return m, ok
+
+
+def check_ring_bits(B, HV, lb):
+    sets = {}
+    for mode in ("unfused+ring", "fused+ring"):
+        sets[mode] = make_set(B, HV, seed=7)
+        runner(mode, sets[mode], B, HV, lb)()
+    sync()
+    a, b = sets["unfused+ring"], sets["fused+ring"]
+    return {
+        n: torch.equal(bits(a[n]), bits(b[n])) for n in ("rawk", "rawv", "g", "beta", "win_pool")
+    }
+
+
+def bench(fns, iters):
+    """us per call: replays of a CUDA graph that captures the calls `fns` once each."""
+    for fn in fns[:2]:
+        fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for fn in fns:
+            fn()
+    for _ in range(3):
+        graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    graph.reset()
+    return start.elapsed_time(end) * 1e3 / (iters * len(fns))
+
+
+def time_mode(mode, sets, B, HV, lb, iters):
+    seed = bench([runner(mode, sets[0], B, HV, lb)] * 10, iters)
+    cold = bench([runner(mode, s, B, HV, lb) for s in sets], max(5, iters // 4))
+    return seed, cold
+
+
+def safe(what, fn, errors):
+    try:
+        return fn()
+    except Exception as e:  # report and continue
+        errors.append({"what": what, "error": repr(e), "trace": traceback.format_exc()[-2000:]})
+        log(f"  ERROR {what}: {e!r}")
+        return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
+    ap.add_argument("--hv-heads", type=int, nargs="+", default=[8, 16])
+    ap.add_argument("--sweep-batch-sizes", type=int, nargs="+", default=[1, 16, 64])
+    ap.add_argument("--iters", type=int, default=40)
+    ap.add_argument("--budget-s", type=float, default=200, help="skip the rest of the sweep after")
+    ap.add_argument("--cpu-smoke", action="store_true", help="tiny fp32 correctness run on the CPU")
+    args = ap.parse_args()
+    if args.cpu_smoke:  # exercises the checking code under the Triton interpreter
+        global DEV, DT, H, K, V
+        DEV, DT, H, K, V = "cpu", torch.float32, 1, 16, 16
+        args.batch_sizes, args.hv_heads = [1, 3], [2]
+    os.makedirs(args.out, exist_ok=True)
+    t_start = time.time()
+    dev_name = "cpu" if DEV == "cpu" else torch.cuda.get_device_name()
+    result = {"device": dev_name, "torch": torch.__version__}
+    result.update(correctness=[], ring_bits=[], timings=[], sweep=[], errors=[])
+    errors = result["errors"]
+    import triton
+
+    result["triton"] = triton.__version__
+    log(f"{result['device']}  torch {torch.__version__}  triton {triton.__version__}")
+
+    log(f"\n== correctness ({DT}) and ring bytes")
+    n_ok = n_all = 0
+    for HV in args.hv_heads:
+        for gname, lb in GATES.items():
+            for B in args.batch_sizes:
+                for mode in MODES:
+                    r = safe(
+                        f"check {mode} HV={HV} {gname} B={B}",
+                        lambda: check_mode(mode, B, HV, lb),
+                        errors,
+                    )
+                    n_all += 1
+                    if r is not None:
+                        m, ok = r
+                        n_ok += ok
+                        result["correctness"].append(
+                            dict(HV=HV, gate=gname, B=B, mode=mode, ok=ok, **m)
+                        )
+                        if not ok:
+                            log(f"  FAIL {mode} HV={HV} {gname} B={B}: {m}")
+                rb = safe(
+                    f"ring bits HV={HV} {gname} B={B}", lambda: check_ring_bits(B, HV, lb), errors
+                )
+                if rb is not None:
+                    result["ring_bits"].append(dict(HV=HV, gate=gname, B=B, **rb))
+                    if not all(rb.values()):
+                        log(f"  RING BYTES DIFFER HV={HV} {gname} B={B}: {rb}")
+    n_rb = sum(
+        all(v for k, v in r.items() if k not in ("HV", "gate", "B")) for r in result["ring_bits"]
+    )
+    log(f"  modes ok: {n_ok}/{n_all}; ring bitwise ok: {n_rb}/{len(result['ring_bits'])}")
+    log(f"  ({time.time() - t_start:.0f} s)")
+    if DEV == "cpu":
+        return
+
+    log("\n== time per call, us (seed: same buffers / cold: one input set per captured call)")
+    head = f"{'HV':>3} {'gate':>4} {'B':>3} {'sets':>4} " + "".join(f"{m:>21}" for m in MODES)
+    for HV in args.hv_heads:
+        log(head)
+        for B in args.batch_sizes:
+            sets = cold_sets(B, HV, 100)
+            n_sets = len(sets)
+            for gname, lb in GATES.items():
+                cells = []
+                for mode in MODES:
+                    r = safe(
+                        f"time {mode} HV={HV} {gname} B={B}",
+                        lambda: time_mode(mode, sets, B, HV, lb, args.iters),
+                        errors,
+                    )
+                    if r is not None:
+                        result["timings"].append(
+                            dict(
+                                HV=HV,
+                                gate=gname,
+                                B=B,
+                                mode=mode,
+                                seed_us=r[0],
+                                cold_us=r[1],
+                                sets=n_sets,
+                            )
+                        )
+                    cells.append("error" if r is None else f"{r[0]:8.2f} /{r[1]:8.2f}")
+                log(f"{HV:>3} {gname:>4} {B:>3} {n_sets:>4} " + "".join(f"{c:>21}" for c in cells))
+            sets = None  # free this batch size's buffers
+            torch.cuda.empty_cache()
+    log(f"  ({time.time() - t_start:.0f} s)")
+
+    log("\n== KDA_VERIFY_BLOCK_V sweep, fused modes, us seed / cold (default = table)")
+    default_bv = fused_mod.KDA_VERIFY_BLOCK_V
+    bvs = (None, 2, 4, 8, 16, 32)
+    log(
+        f"{'HV':>3} {'gate':>4} {'B':>3} {'mode':>10} "
+        + "".join(f"{str(bv or 'table'):>19}" for bv in bvs)
+    )
+    try:
+        for HV in args.hv_heads:
+            for B in args.sweep_batch_sizes:
+                if time.time() - t_start > args.budget_s:
+                    log(f"  sweep HV={HV} B={B} skipped: past --budget-s {args.budget_s}")
+                    continue
+                sets = cold_sets(B, HV, 200)
+                for gname, lb in GATES.items():
+                    for mode in ("fused", "fused+ring"):
+                        cells = []
+                        for bv in bvs:
+                            fused_mod.KDA_VERIFY_BLOCK_V = bv
+                            r = safe(
+                                f"sweep {mode} bv={bv} HV={HV} {gname} B={B}",
+                                lambda: time_mode(mode, sets, B, HV, lb, args.iters // 2),
+                                errors,
+                            )
+                            if r is not None:
+                                result["sweep"].append(
+                                    dict(
+                                        HV=HV,
+                                        gate=gname,
+                                        B=B,
+                                        mode=mode,
+                                        block_v=bv,
+                                        seed_us=r[0],
+                                        cold_us=r[1],
+                                    )
+                                )
+                            cells.append("error" if r is None else f"{r[0]:7.2f} /{r[1]:7.2f}")
+                        log(
+                            f"{HV:>3} {gname:>4} {B:>3} {mode:>10} "
+                            + "".join(f"{c:>19}" for c in cells)
+                        )
+                sets = None  # free this batch size's buffers
+                torch.cuda.empty_cache()
+    finally:
+        fused_mod.KDA_VERIFY_BLOCK_V = default_bv
+    log(f"\ntotal {time.time() - t_start:.0f} s, {len(errors)} errors")
+    with open(os.path.join(args.out, "kda_check.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    with open(os.path.join(args.out, "kda_check.txt"), "w") as f:
+        f.write("\n".join(LOG) + "\n")
+
+
+if __name__ == "__main__":
+    main()
