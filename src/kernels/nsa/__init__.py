@@ -1,0 +1,23 @@
+"""NSA selection attention: Triton forward/backward, autograd wrapper, references, indices.
+
+Layout is head-first: q [B, Hq, T, D], k/v [B, Hkv, T, D], block_idx [B, Hkv, T, S].
+See the module docstrings of forward.py and backward.py for the kernel designs.
+"""
+
+from .autograd import selection_attention
+from .backward import invert_block_idx, selection_backward_triton
+from .forward import selection_forward_triton
+from .indices import make_block_idx_random, make_block_idx_recent, validate_block_idx
+from .reference import selection_forward_gather_reference, selection_forward_reference
+
+__all__ = [
+    "invert_block_idx",
+    "make_block_idx_random",
+    "make_block_idx_recent",
+    "selection_attention",
+    "selection_backward_triton",
+    "selection_forward_gather_reference",
+    "selection_forward_reference",
+    "selection_forward_triton",
+    "validate_block_idx",
+]

@@ -1,0 +1,265 @@
+"""NSA selection: Triton forward/backward/autograd vs the fp64 dense reference.
+
+Without a GPU the kernels run under the Triton interpreter, so shapes stay small; they are
+odd (T not a multiple of block_size, G = 1..16, padded head groups, partial S tiles) to reach
+every mask. Outputs are allocated NaN-filled (see `poisoned`) so an unwritten element fails.
+"""
+
+import pytest
+import torch
+from test_nsa_reference import odd_block_idx, qkv, rel_err
+
+from kernels.nsa import (
+    _checks,
+    backward,
+    forward,
+    invert_block_idx,
+    make_block_idx_random,
+    make_block_idx_recent,
+    selection_attention,
+    selection_backward_triton,
+    selection_forward_reference,
+    selection_forward_triton,
+)
+
+TOL = {torch.float32: 1e-5, torch.float16: 1e-2}
+
+
+@pytest.fixture(autouse=True)
+def poisoned(monkeypatch):
+    """Every kernel output starts as NaN: elements a kernel fails to write show up."""
+    monkeypatch.setattr(
+        _checks,
+        "new_empty",
+        lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype, device=device),
+    )
+
+
+def make_idx(pattern, B, Hkv, T, bs, S):
+    if pattern == "recent":
+        return make_block_idx_recent(B, Hkv, T, bs, S, "cpu")
+    if pattern == "random":
+        return make_block_idx_random(B, Hkv, T, bs, S, "cpu", seed=1)
+    return odd_block_idx(B, Hkv, T, bs, S, seed=2)
+
+
+def reference(q, k, v, idx, bs, do, scale=None):
+    """fp64 dense reference: o, lse and autograd gradients of <o, do>."""
+    x = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    o, lse = selection_forward_reference(*x, idx, bs, scale=scale, return_lse=True)
+    grads = torch.autograd.grad(o, x, do.double())
+    return o, lse, grads
+
+
+def check_against_reference(q, k, v, idx, bs, do, scale=None):
+    tol = TOL[q.dtype]
+    o, lse = selection_forward_triton(q, k, v, idx, bs, scale=scale, return_lse=True)
+    dq, dk, dv = selection_backward_triton(q, k, v, idx, bs, do, o, lse, scale=scale)
+    ro, rlse, rgrads = reference(q, k, v, idx, bs, do, scale)
+    assert o.dtype == q.dtype and lse.dtype == torch.float32
+    assert rel_err(o, ro) < tol
+    empty = torch.isinf(rlse)
+    assert torch.equal(torch.isinf(lse), empty) and torch.all(lse[empty] < 0)
+    assert torch.allclose(lse[~empty].double(), rlse[~empty], rtol=0, atol=10 * tol)
+    assert torch.all(o[empty] == 0)
+    for got, ref in zip((dq, dk, dv), rgrads, strict=True):
+        assert got.dtype == q.dtype and torch.isfinite(got).all()
+        assert rel_err(got, ref) < tol
+    assert torch.all(dq[empty] == 0)
+    return o, lse, (dq, dk, dv)
+
+
+CASES = [  # B, Hq, Hkv, T, D, bs, S, pattern
+    (2, 2, 2, 37, 32, 16, 3, "odd"),  # G = 1
+    (1, 8, 2, 70, 32, 16, 4, "random"),  # G = 4
+    (1, 8, 2, 53, 32, 16, 3, "recent"),  # G = 4, first 15 rows empty
+    (1, 16, 1, 45, 64, 16, 5, "odd"),  # G = 16
+    (1, 6, 2, 41, 128, 32, 2, "random"),  # G = 3 (padded group), D = 128, bs = 32
+    (3, 4, 2, 2, 32, 16, 2, "random"),  # T = 2 (with T = 1, dq = dk = 0 exactly)
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"G{c[1] // c[2]}-T{c[3]}-{c[7]}")
+def test_forward_backward_vs_reference(case, cpu_dtype):
+    B, Hq, Hkv, T, D, bs, S, pattern = case
+    q, k, v = qkv(B, Hq, Hkv, T, D, dtype=cpu_dtype, seed=T)
+    do = qkv(B, Hq, Hkv, T, D, dtype=cpu_dtype, seed=T + 1)[0]
+    check_against_reference(q, k, v, make_idx(pattern, B, Hkv, T, bs, S), bs, do)
+
+
+@pytest.mark.parametrize(
+    "case", [(1, 8, 2, 50, 32, 16, 4, "random"), (1, 16, 1, 45, 64, 16, 3, "odd")]
+)
+def test_long_lists_split_into_segments(case, monkeypatch):
+    """Segments of one chunk: every list of more than BLOCK_Q entries is split and reduced
+    through the partial buffer; results stay exact and deterministic."""
+    monkeypatch.setattr(backward, "SEGMENT_CHUNKS", 1)
+    B, Hq, Hkv, T, D, bs, S, pattern = case
+    q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=T + 5)
+    do = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=T + 6)[0]
+    idx = make_idx(pattern, B, Hkv, T, bs, S)
+    o, lse, grads = check_against_reference(q, k, v, idx, bs, do)
+    again = selection_backward_triton(q, k, v, idx, bs, do, o, lse)
+    for a, b in zip(grads, again, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_other_tile_sizes(monkeypatch):
+    """Larger forward/dq tiles (16 tokens x 4 heads) and smaller dk/dv chunks stay exact."""
+    monkeypatch.setattr(forward, "TILE_ROWS", 64)
+    monkeypatch.setattr(backward, "DKDV_ROWS", 16)
+    q, k, v = qkv(1, 8, 2, 53, 32, dtype=torch.float32, seed=16)
+    do = qkv(1, 8, 2, 53, 32, dtype=torch.float32, seed=17)[0]
+    check_against_reference(q, k, v, make_idx("odd", 1, 2, 53, 16, 4), 16, do)
+
+
+def test_split_long_lists_layout():
+    row_ptr = torch.tensor([[0, 5, 5, 6, 20]], dtype=torch.int32)  # counts 5, 0, 1, 14
+    seg_block, seg_start, part_start, n_part = backward.split_long_lists(row_ptr, 4, 20)
+    assert seg_start.tolist() == [[0, 2, 3, 4, 8]]
+    assert seg_block.tolist() == [[0, 0, 1, 2, 3, 3, 3, 3, 4]]
+    assert part_start.tolist() == [[0, 2, 2, 2, 6]] and n_part == 10
+
+
+def test_special_indices_int64_scale_and_recompute():
+    """-1, -2, >= NB, future blocks, rows with no key, int64 indices, a custom scale; the
+    backward without lse recomputes it; dk/dv are bitwise deterministic."""
+    B, Hq, Hkv, T, D, bs, S = 1, 4, 2, 50, 32, 16, 4
+    q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=7)
+    do = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=8)[0]
+    idx = odd_block_idx(B, Hkv, T, bs, S, seed=4).long()
+    idx[0, 0, 20] = torch.tensor([2, 3, -1, 2**32 + 1])  # future / out of range (wraps in int32)
+    o, lse, grads = check_against_reference(q, k, v, idx, bs, do, scale=0.37)
+    assert torch.isinf(lse[0, :2, [3, 20, T - 1]]).all()
+    again = selection_backward_triton(q, k, v, idx, bs, do, o, scale=0.37)
+    for a, b in zip(grads, again, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_duplicate_blocks_in_one_tile_visited_once():
+    # Tokens of one tile select the same blocks in different slots (G = 2: 8 tokens a tile).
+    B, Hq, Hkv, T, D, bs = 1, 2, 1, 40, 32, 16
+    rows = []
+    for t in range(T):
+        own = t // bs
+        row = []
+        for j in (own, own - 1 if t % 2 == 0 else 0, 0):
+            row.append(j if j >= 0 and j not in row else -1)
+        rows.append(row)
+    idx = torch.tensor(rows, dtype=torch.int32)[None, None].contiguous()
+    q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=9)
+    do = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=10)[0]
+    check_against_reference(q, k, v, idx, bs, do)
+
+
+def test_invert_block_idx():
+    T, bs, S = 37, 16, 3
+    idx = odd_block_idx(2, 2, T, bs, S, seed=11)
+    row_ptr, col = invert_block_idx(idx, bs)
+    NB = 3
+    assert row_ptr.shape == (4, NB + 1) and col.shape == (4, T * S)
+    for bh in range(4):
+        b, h = divmod(bh, 2)
+        for j in range(NB):
+            got = col[bh, row_ptr[bh, j] : row_ptr[bh, j + 1]].tolist()
+            want = [t for t in range(T) if j * bs <= t and j in idx[b, h, t].tolist()]
+            assert got == want
+
+
+def test_autograd_function_matches_reference():
+    B, Hq, Hkv, T, D, bs, S = 1, 4, 1, 33, 32, 16, 3
+    q, k, v = [x.requires_grad_() for x in qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=12)]
+    do = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=13)[0]
+    idx = make_block_idx_random(B, Hkv, T, bs, S, "cpu")
+    o = selection_attention(q, k, v, idx, bs)
+    o.backward(do)
+    ro, _, rgrads = reference(q, k, v, idx, bs, do)
+    assert rel_err(o, ro) < 1e-5
+    for x, ref in zip((q, k, v), rgrads, strict=True):
+        assert rel_err(x.grad, ref) < 1e-5
+
+
+def _args(dtype=torch.float32):
+    q, k, v = qkv(1, 4, 2, 20, 32, dtype=dtype)
+    idx = make_block_idx_recent(1, 2, 20, 16, 2, "cpu")
+    return dict(q=q, k=k, v=v, block_idx=idx, block_size=16, do=q.clone(), o=q.clone())
+
+
+BAD = [  # name, mutate(args), error, message fragment
+    ("q 3-D", lambda a: a.update(q=a["q"][0]), ValueError, "q"),
+    (
+        "Hq % Hkv",
+        lambda a: a.update(**{n: a[n][:, :1].repeat(1, 3, 1, 1) for n in "kv"}),
+        ValueError,
+        "multiple",
+    ),  # fmt: skip
+    ("v shape", lambda a: a.update(v=a["v"][:, :, :10]), ValueError, "v"),
+    ("k T", lambda a: a.update(k=a["k"][:, :, :10].contiguous()), ValueError, "k"),
+    ("idx shape", lambda a: a.update(block_idx=a["block_idx"][:, :1]), ValueError, "block_idx"),
+    ("idx dtype", lambda a: a.update(block_idx=a["block_idx"].float()), TypeError, "block_idx"),
+    ("q dtype", lambda a: a.update(q=a["q"].double()), TypeError, "q"),
+    ("k dtype", lambda a: a.update(k=a["k"].half()), TypeError, "k"),
+    ("D", lambda a: a.update(**{n: a[n][..., :16] for n in "qkv"}), ValueError, "head dim"),
+    ("block_size 24", lambda a: a.update(block_size=24), ValueError, "block_size"),
+    ("block_size 256", lambda a: a.update(block_size=256), ValueError, "block_size"),
+    ("v strided", lambda a: a.update(v=a["v"].transpose(2, 3)), ValueError, "v"),
+    (
+        "q view",
+        lambda a: a.update(q=a["q"].transpose(1, 2).contiguous().transpose(1, 2)),
+        ValueError,
+        "q",
+    ),  # fmt: skip
+    ("idx device", lambda a: a.update(block_idx=a["block_idx"].to("meta")), ValueError, "device"),
+]
+BAD_BWD = [
+    ("do dtype", lambda a: a.update(do=a["do"].half()), TypeError, "do"),
+    ("o shape", lambda a: a.update(o=a["o"][:, :2]), ValueError, "o"),
+    (
+        "lse dtype",
+        lambda a: a.update(lse=torch.zeros(1, 4, 20, dtype=torch.float16)),
+        TypeError,
+        "lse",
+    ),  # fmt: skip
+    ("lse shape", lambda a: a.update(lse=torch.zeros(1, 4, 21)), ValueError, "lse"),
+    ("do strided", lambda a: a.update(do=a["do"].transpose(2, 3)), ValueError, "do"),
+]
+
+
+@pytest.mark.parametrize("name,mutate,err,msg", BAD, ids=[b[0] for b in BAD])
+def test_bad_inputs_forward_and_backward(name, mutate, err, msg):
+    a = _args()
+    mutate(a)
+    fwd = {n: a[n] for n in ("q", "k", "v", "block_idx", "block_size")}
+    with pytest.raises(err, match=msg):
+        selection_forward_triton(**fwd)
+    with pytest.raises(err, match=msg):
+        selection_backward_triton(**fwd, do=a["do"], o=a["o"])
+
+
+@pytest.mark.parametrize("name,mutate,err,msg", BAD_BWD, ids=[b[0] for b in BAD_BWD])
+def test_bad_inputs_backward_only(name, mutate, err, msg):
+    a = _args()
+    mutate(a)
+    with pytest.raises(err, match=msg):
+        selection_backward_triton(**a)
+
+
+def test_cpu_tensors_need_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    a = _args()
+    with pytest.raises(ValueError, match="CUDA"):
+        selection_forward_triton(a["q"], a["k"], a["v"], a["block_idx"], 16)
+
+
+def test_single_token():
+    """T = 1: one visible key, so o = v, dv = sum over the group of do, dq = dk = 0."""
+    q, k, v = qkv(2, 4, 2, 1, 32, dtype=torch.float32, seed=14)
+    do = qkv(2, 4, 2, 1, 32, dtype=torch.float32, seed=15)[0]
+    idx = make_block_idx_random(2, 2, 1, 16, 3, "cpu")
+    o, lse = selection_forward_triton(q, k, v, idx, 16, return_lse=True)
+    dq, dk, dv = selection_backward_triton(q, k, v, idx, 16, do, o)
+    assert rel_err(o, v.repeat_interleave(2, dim=1)) < 1e-6
+    ref_lse = (q * k.repeat_interleave(2, dim=1)).sum(-1) * 32**-0.5
+    assert torch.allclose(lse, ref_lse, atol=1e-5)
+    assert rel_err(dv, do.view(2, 2, 2, 1, 32).sum(2)) < 1e-6
+    assert dq.abs().max() < 1e-6 and dk.abs().max() < 1e-6
