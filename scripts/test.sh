@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+bash scripts/ci_tools.sh
 VPY=.venv/bin/python
 echo "== ruff check"
 "$VPY" -m ruff check .

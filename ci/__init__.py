@@ -1,0 +1,1 @@
+"""Plain scripts the GitHub workflows call (run as `python -m ci.<name>` from the repo root)."""

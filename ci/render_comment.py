@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Turn `asv compare` output into the markdown of the PR gate's comment.
+
+`asv compare BASE HEAD` prints one or more GitHub-style tables whose rows are
+
+    | Change | Before [hash] | After [hash] | Ratio | Benchmark (Parameter) |
+
+where Change is `+` (significantly worse), `-` (significantly better), `!` (newly failing),
+`*` (fixed), `x` (not comparable: the benchmark's version changed) or blank, and a Ratio
+with a leading `~` is beyond the factor but not statistically significant. This script
+parses those rows, sorts them into time and VRAM tables (by the benchmark method's name:
+`time_*` and `track_time*` are time; a name mentioning `mem`/`vram` is memory; anything else
+is listed apart),
+and writes a comment that starts with a hidden marker, by which the workflow finds and
+edits its earlier comment instead of adding a new one per push.
+
+A gate artifact directory holds `compare.txt` (the compare output) and `meta.json` (base,
+head, machine, factor and the exit status of `asv continuous`); one comment covers every
+GPU type's directory.
+
+Usage:
+    python -m ci.render_comment meta gate/ --base B --head H --machine h200 \
+        --factor 1.05 --exit-code 1
+    python -m ci.render_comment render gate-*/ --run-url URL --out comment.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+MARKER = "<!-- attnbench-gpu-gate -->"
+# GitHub refuses comments longer than 65536 characters; leave room for the footer.
+MAX_CHARS = 60000
+COMPARE, META = "compare.txt", "meta.json"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+MARKS = {
+    "+": "slower",
+    "!": "failed",
+    "-": "faster",
+    "*": "fixed",
+    "x": "not comparable",
+    "": "unchanged",
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One benchmark of the compare table."""
+
+    mark: str
+    before: str
+    after: str
+    ratio: str
+    name: str
+
+    @property
+    def method(self) -> str:
+        """The benchmark method's name, e.g. `time_forward` of `mod.Class.time_forward(1, 2)`."""
+        return self.name.split("(", 1)[0].rsplit(".", 1)[-1]
+
+    @property
+    def kind(self) -> str:
+        """`vram` for memory (`*mem*`, `*vram*`), `time` for `time_*` and `track_time*`."""
+        method = self.method.lower()
+        if "mem" in method or "vram" in method:
+            return "vram"
+        if method.startswith(("time_", "track_time")):
+            return "time"
+        return "other"
+
+    def cells(self) -> list[str]:
+        return [self.mark, self.before, self.after, self.ratio, f"`{self.name}`"]
+
+
+def parse(text: str) -> list[Row]:
+    """Rows of every compare table in `text` (header and rule lines are skipped)."""
+    rows = []
+    for line in ANSI.sub("", text).splitlines():
+        line = line.strip()
+        if not line.startswith("|") or not line.endswith("|"):
+            continue
+        cells = [c.strip() for c in line[1:-1].split("|")]
+        is_rule = all(c and set(c) <= set("-:") for c in cells)
+        if len(cells) != 5 or cells[0] == "Change" or is_rule:
+            continue
+        if cells[0] not in MARKS:
+            raise ValueError(f"unknown change mark {cells[0]!r} in line: {line}")
+        rows.append(Row(*cells))
+    return rows
+
+
+def table(rows: list[Row], before: str, after: str) -> str:
+    head = ["", f"Before ({before})", f"After ({after})", "Ratio", "Benchmark (parameters)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r.cells()) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def verdict(exit_code: int | None, counts: dict[str, int]) -> str:
+    """The headline: the gate's own exit code decides, the counts explain."""
+    if exit_code == 2 or (exit_code is None and counts["failed"]):
+        return ":x: **Benchmark failures** (asv exit 2): the gate fails."
+    if exit_code == 1 or (exit_code is None and counts["slower"]):
+        return ":x: **Significant slowdown** (asv exit 1): the gate fails."
+    if exit_code not in (0, None):
+        return f":x: **The benchmark run failed** (exit {exit_code}): see the job log."
+    return ":white_check_mark: **No significant regression.**"
+
+
+def render_section(
+    text: str,
+    base: str,
+    head: str,
+    machine: str,
+    factor: str,
+    exit_code: int | None = None,
+) -> str:
+    """The comment's part for one GPU type: verdict, summary, regression and kind tables."""
+    rows = parse(text)
+    counts = {label: sum(r.mark == m for r in rows) for m, label in MARKS.items()}
+    summary = ", ".join(f"{n} {label}" for label, n in counts.items() if n) or "no benchmarks"
+    out = [
+        f"### GPU benchmark gate on `{machine}`: `{base}` → `{head}`",
+        "",
+        verdict(exit_code, counts),
+        "",
+        f"{summary} (factor {factor}; `+` slower, `-` faster, `!` newly failing, "
+        "`*` fixed, `x` version changed, `~` beyond the factor but not significant).",
+    ]
+    notable = [r for r in rows if r.mark in ("+", "!")]
+    if notable:
+        out += ["", "#### Regressions and failures", "", table(notable, base, head)]
+    better = [r for r in rows if r.mark in ("-", "*")]
+    if better:
+        out += ["", "#### Improvements", "", table(better, base, head)]
+    for kind, title in (("time", "Time"), ("vram", "Peak VRAM"), ("other", "Other")):
+        group = [r for r in rows if r.kind == kind]
+        if group:
+            out += [
+                "",
+                f"<details><summary>{title}: {len(group)} benchmark(s)</summary>",
+                "",
+                table(group, base, head),
+                "",
+                "</details>",
+            ]
+    return "\n".join(out)
+
+
+def render(sections: list[str], run_url: str | None = None) -> str:
+    """The whole comment: the hidden marker, then one section per GPU type."""
+    body = "\n\n".join([MARKER, *sections]) if sections else MARKER + "\nNo gate results."
+    if len(body) > MAX_CHARS:
+        body = body[:MAX_CHARS].rsplit("\n", 1)[0] + "\n\n*(truncated: see the artifact)*"
+    if run_url:
+        body += f"\n\n[Job log and results artifact]({run_url})"
+    return body + "\n"
+
+
+def write_meta(out_dir: Path, **meta) -> Path:
+    """Store the gate's parameters beside its compare output (the artifact's meta.json)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / META
+    path.write_text(json.dumps(meta, indent=2) + "\n")
+    return path
+
+
+def render_dirs(dirs: list[Path], run_url: str | None = None) -> str:
+    """Render gate artifact directories (each: compare.txt + meta.json), sorted by machine."""
+    loaded = [(json.loads((d / META).read_text()), d / COMPARE) for d in dirs]
+    sections = [
+        render_section(
+            compare.read_text() if compare.exists() else "",
+            meta["base"],
+            meta["head"],
+            meta["machine"],
+            meta["factor"],
+            meta.get("exit_code"),
+        )
+        for meta, compare in sorted(loaded, key=lambda item: item[0]["machine"])
+    ]
+    return render(sections, run_url)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="action", required=True)
+    meta = sub.add_parser("meta", help="write meta.json into a gate artifact directory")
+    meta.add_argument("dir", type=Path)
+    meta.add_argument("--base", required=True, help="base revision label")
+    meta.add_argument("--head", required=True, help="head revision label")
+    meta.add_argument("--machine", required=True, help="asv machine name (GPU type)")
+    meta.add_argument("--factor", required=True, help="the gate's --factor")
+    meta.add_argument("--exit-code", type=int, required=True, help="`asv continuous` status")
+    rend = sub.add_parser("render", help="render gate artifact directories into markdown")
+    rend.add_argument("dirs", nargs="+", type=Path, help="directories with compare.txt, meta.json")
+    rend.add_argument("--run-url", help="link to the workflow run")
+    rend.add_argument("--out", type=Path, help="write here instead of stdout")
+    args = ap.parse_args(argv)
+
+    if args.action == "meta":
+        write_meta(
+            args.dir,
+            base=args.base,
+            head=args.head,
+            machine=args.machine,
+            factor=args.factor,
+            exit_code=args.exit_code,
+        )
+        return 0
+    body = render_dirs(args.dirs, args.run_url)
+    if args.out:
+        args.out.write_text(body)
+    else:
+        sys.stdout.write(body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

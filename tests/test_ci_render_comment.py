@@ -1,0 +1,116 @@
+"""ci/render_comment.py on `asv compare` output: marker, verdict, regression and kind tables."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ci import render_comment  # noqa: E402
+
+SAMPLE = Path(__file__).parent / "data" / "asv_compare_sample.txt"
+
+
+def section(body: str, title: str) -> str:
+    """The text from a heading/summary containing `title` to the next blank-line gap."""
+    start = body.index(title)
+    end = body.find("\n\n#", start)
+    return body[start : end if end > 0 else None]
+
+
+def test_parse_reads_every_row():
+    rows = render_comment.parse(SAMPLE.read_text())
+    assert len(rows) == 8
+    assert [r.mark for r in rows] == ["+", "!", "", "-", "+", "x", "", ""]
+    assert rows[0].name == "nsa.NsaForward.track_time(4096, 'triton', 'seed', 'random')"
+    assert rows[0].method == "track_time"
+    assert [r.kind for r in rows] == [
+        "time",
+        "time",
+        "vram",
+        "time",
+        "vram",
+        "time",
+        "time",
+        "other",
+    ]
+    assert rows[6].ratio == "~1.06"
+    assert rows[1].after == "failed"
+
+
+def gate_dir(path: Path, machine: str, exit_code: int, text: str) -> Path:
+    args = ["meta", str(path), "--base", "main", "--head", "5e6f7a8b", "--machine", machine,
+            "--factor", "1.05", "--exit-code", str(exit_code)]  # fmt: skip
+    assert render_comment.main(args) == 0
+    (path / render_comment.COMPARE).write_text(text)
+    return path
+
+
+def test_render_failing_gate(tmp_path):
+    out = tmp_path / "comment.md"
+    h200 = gate_dir(tmp_path / "gate-h200", "h200", 2, SAMPLE.read_text())
+    url = "https://example.invalid/run/1"
+    assert render_comment.main(["render", str(h200), "--run-url", url, "--out", str(out)]) == 0
+    body = out.read_text()
+    assert body.startswith(render_comment.MARKER + "\n")
+    assert body.count(render_comment.MARKER) == 1
+    assert "`h200`: `main` → `5e6f7a8b`" in body
+    assert "Benchmark failures" in body and "exit 2" in body
+    assert "2 slower, 1 failed, 1 faster, 1 not comparable, 3 unchanged" in body
+    assert "factor 1.05" in body
+    regressions = section(body, "#### Regressions")
+    assert "NsaForward.track_time(4096," in regressions
+    assert "KdaVerify.track_peak_vram_bytes(16," in regressions
+    assert "KdaVerify.track_time(8," in regressions  # the failure
+    assert "KdaVerify.track_time(16," not in regressions  # the improvement
+    assert "KdaVerify.track_time(16," in section(body, "#### Improvements")
+    vram = body[body.index("Peak VRAM: 2 benchmark(s)") :].split("</details>")[0]
+    assert vram.count("track_peak_vram_bytes") == 2 and "time" not in vram
+    assert "Time: 5 benchmark(s)" in body and "Other: 1 benchmark(s)" in body
+    assert body.rstrip().endswith("(https://example.invalid/run/1)")
+
+
+@pytest.mark.parametrize(
+    "code,headline",
+    [(0, "No significant regression"), (1, "Significant slowdown"), (2, "Benchmark failures")],
+)
+def test_verdict_follows_the_exit_code(code, headline):
+    body = render_comment.render_section(SAMPLE.read_text(), "a", "b", "h100", "1.05", code)
+    assert headline in body.split("\n")[2]
+
+
+def test_clean_run_and_no_tables():
+    clean = "\n".join(
+        line.replace("| +  ", "|    ").replace("| !  ", "|    ").replace("| -  ", "|    ")
+        for line in SAMPLE.read_text().splitlines()
+    )
+    body = render_comment.render_section(clean, "a", "b", "h200", "1.05")
+    assert "No significant regression" in body
+    assert "#### Regressions" not in body and "#### Improvements" not in body
+    empty = render_comment.render_section(
+        "BENCHMARKS NOT SIGNIFICANTLY CHANGED.\n", "a", "b", "h", "1"
+    )
+    assert "no benchmarks" in empty
+
+
+def test_one_comment_for_several_gpu_types(tmp_path):
+    """Sections sorted by machine under a single marker; a missing compare.txt still renders."""
+    gate_dir(tmp_path / "b", "h200", 0, SAMPLE.read_text())
+    gate_dir(tmp_path / "a", "h100", 3, "")
+    (tmp_path / "a" / render_comment.COMPARE).unlink()
+    body = render_comment.render_dirs([tmp_path / "b", tmp_path / "a"])
+    assert body.count(render_comment.MARKER) == 1
+    assert body.index("`h100`") < body.index("`h200`")
+    assert "exit 3" in body
+
+
+def test_unknown_mark_is_an_error():
+    with pytest.raises(ValueError, match="change mark"):
+        render_comment.parse("| ? | 1ms | 2ms | 2.00 | b.time_x |\n")
+
+
+def test_long_output_is_truncated():
+    row = "|    | 1.00±0.01ms | 1.00±0.01ms | 1.00 | bench.C.time_x({}) |\n"
+    text = "".join(row.format(i) for i in range(3000))
+    body = render_comment.render([render_comment.render_section(text, "a", "b", "h", "1", 0)])
+    assert len(body) < 65536 and "truncated" in body
