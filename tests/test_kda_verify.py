@@ -9,7 +9,9 @@ that must stay untouched both show.
 import pytest
 import torch
 
+import kernels.kda.common as common
 import kernels.kda.fused_verify as fused_mod
+import kernels.kda.recurrent as rec_mod
 from kernels.kda import (
     causal_conv1d_update,
     fused_kda_conv_gating_verify,
@@ -283,12 +285,17 @@ def test_replay_matches_snapshots(cpu_dtype, device, one_tile):
     assert rel_err(new[1], snap["inter_ssm"][lines[1], T - 1]) < 1e-5
 
 
-@pytest.mark.parametrize("mode", ["fused", "fused+ring"])
+@pytest.mark.parametrize("mode", MODES)
 def test_block_v_choices_agree(mode, device, monkeypatch):
+    """Every value tile (and warp count) of the mode's recurrence kernel gives the same
+    results: the ring and windows bitwise, o and snapshots to fp32 rounding."""
     B, T, H, HV, K, V = 1, 2, 1, 2, 16, 16
     results = []
-    for bv in (None, 2, 4, 8, 16, 32):
+    for bv, nw in ((None, None), (2, 1), (4, 2), (8, None), (16, 4), (32, None)):
         monkeypatch.setattr(fused_mod, "KDA_VERIFY_BLOCK_V", bv)
+        monkeypatch.setattr(fused_mod, "KDA_VERIFY_NUM_WARPS", nw)
+        monkeypatch.setattr(rec_mod, "RECURRENT_BLOCK_V", bv)
+        monkeypatch.setattr(rec_mod, "RECURRENT_NUM_WARPS", nw)
         inp, o = run_and_check(mode, B, T, H, HV, K, V, torch.float32, device, seed=5)
         results.append((o, inp))
     o0, inp0 = results[0]
@@ -297,6 +304,18 @@ def test_block_v_choices_agree(mode, device, monkeypatch):
         assert rel_err(inp["inter_ssm"].nan_to_num(), inp0["inter_ssm"].nan_to_num()) < 1e-6
         for name in ("rawk", "rawv", "g", "beta", "win_pool"):
             assert same_bits(inp[name], inp0[name]), name
+
+
+def test_tile_table_and_knobs():
+    """The default tile comes from the table row of the mode and batch; forced values win."""
+    for mode, rows in common.BLOCK_V_TABLE.items():
+        for max_b, bv, nw in rows:
+            B = 1000 if max_b is None else max_b
+            assert common.pick_tile(mode, None, None, B, 128, 128) == (bv, nw)
+    assert common.pick_tile("fused", 64, None, 1, 16, 128)[0] == 16  # clipped to V
+    assert common.pick_tile("unfused", None, 2, 1, 128, 128)[1] == 2
+    with pytest.raises(ValueError, match="num_warps"):
+        common.pick_tile("fused", None, 3, 1, 128, 128)
 
 
 def test_block_v_rejects_non_power_of_two(device, monkeypatch):

@@ -18,52 +18,48 @@ import triton.language as tl
 
 
 @triton.jit
-def _load_xx(p_state, s_state_w, p_x, s_x_t, i: tl.constexpr, W: tl.constexpr, mask):
-    """Element `i` of the conv sequence xx = [state columns 0..W-2, x_0, x_1, ...]."""
-    if i < W - 1:
-        b_xx = tl.load(p_state + i * s_state_w, mask=mask, other=0)
-    else:
-        b_xx = tl.load(p_x + (i - (W - 1)) * s_x_t, mask=mask, other=0)
-    return b_xx
+def _load_rows(p, stride, N: tl.constexpr, mask):
+    """Tuple of N rows p[i * stride], i = 0..N-1 (masked lanes read 0; mask may be None).
+
+    Every row is loaded before anything is computed or stored, so the loads of all steps
+    are in flight together instead of forming one memory round trip per step (a store
+    between two loads would keep the compiler from moving the second load up, as the
+    pointers might alias)."""
+    b_rows = ()
+    for i in tl.static_range(N):
+        if mask is None:
+            b_row = tl.load(p + i * stride)
+        else:
+            b_row = tl.load(p + i * stride, mask=mask, other=0)
+        b_rows = b_rows + (b_row,)
+    return b_rows
 
 
 @triton.jit
-def _conv_step(
-    p_state,
-    s_state_w,
-    p_x,
-    s_x_t,
-    p_w,
-    s_w_w,
-    b_bias,
-    mask,
-    t: tl.constexpr,
-    W: tl.constexpr,
-    SILU: tl.constexpr,
-):
+def _conv_out(b_xx, b_w, b_bias, t: tl.constexpr, W: tl.constexpr, SILU: tl.constexpr):
     """fp32 conv output of step `t`: silu(bias + sum_j w[j] * xx[t + j]), not yet rounded.
 
-    The sum starts from the bias and adds the taps oldest first with explicit FMAs, so the
-    result does not depend on how the compiler would contract a plain multiply-add.
+    b_xx: the conv sequence as a tuple of rows, xx = [state columns 0..W-2, x_0 .. x_{T-1}]
+    (state rows and new inputs loaded by `_load_rows` and concatenated); b_w: tuple of the
+    W weight columns. The sum starts from the bias and adds the taps oldest first with
+    explicit FMAs, so the result does not depend on how the compiler would contract a plain
+    multiply-add.
     """
     b_y = b_bias
     for j in tl.static_range(W):
-        b_xx = _load_xx(p_state, s_state_w, p_x, s_x_t, t + j, W, mask).to(tl.float32)
-        b_w = tl.load(p_w + j * s_w_w, mask=mask, other=0).to(tl.float32)
-        b_y = tl.fma(b_w, b_xx, b_y)
+        b_y = tl.fma(b_w[j].to(tl.float32), b_xx[t + j].to(tl.float32), b_y)
     if SILU:
         b_y = b_y / (1.0 + tl.exp(-b_y))
     return b_y
 
 
 @triton.jit
-def _store_window(
-    p_win, s_win_w, p_state, s_state_w, p_x, s_x_t, t: tl.constexpr, W: tl.constexpr, mask
-):
-    """Window after step `t`: the W-1 raw inputs xx[t+1 .. t+W-1], oldest first."""
-    for m in tl.static_range(W - 1):
-        b_xx = _load_xx(p_state, s_state_w, p_x, s_x_t, t + 1 + m, W, mask)
-        tl.store(p_win + m * s_win_w, b_xx.to(p_win.dtype.element_ty), mask=mask)
+def _store_windows(p_win, s_win_t, s_win_w, b_xx, T: tl.constexpr, W: tl.constexpr, mask):
+    """Window after each step t: the W-1 raw inputs xx[t+1 .. t+W-1], oldest first."""
+    for t in tl.static_range(T):
+        for m in tl.static_range(W - 1):
+            p = p_win + t * s_win_t + m * s_win_w
+            tl.store(p, b_xx[t + 1 + m].to(p.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -104,47 +100,75 @@ def _delta_step(b_S, b_q, b_k, b_v, b_g, b_beta):
 
 
 @triton.jit
-def _save_step(
+def _verify_steps(
     b_S,
+    b_q,
     b_k,
     b_v,
-    b_g,
-    b_beta,
+    b_a,
+    b_b,
+    b_A_log,
+    b_dt_bias,
+    scale,
+    lower_bound,
+    valid,
+    p_o,
+    s_o_n,
     p_snap,
+    s_snap_t,
+    s_snap_v,
     p_rawk,
+    s_rawk_r,
     p_rawv,
+    s_rawv_r,
     p_g,
+    s_g_r,
     p_beta,
+    s_beta_r,
     o_v,
     o_k,
-    s_snap_v,
-    t: tl.constexpr,
-    s_snap_t,
-    s_rawk_r,
-    s_rawv_r,
-    s_g_r,
-    s_beta_r,
     own_v,
     own_k,
+    T: tl.constexpr,
+    SAFE_GATE: tl.constexpr,
     SNAPSHOT: tl.constexpr,
     RING: tl.constexpr,
 ):
-    """Save what a later commit needs after step `t`: the state tile, or the ring entries.
+    """The T steps of one [BLOCK_V, K] state tile; returns the state after the last step.
 
+    b_q, b_k, b_v, b_a, b_b: tuples of the T per-step rows (q, k, v in the input dtype,
+    already loaded or computed, so that nothing here waits on memory but the stores).
+    Per step: gate and beta, normalized q and k, the delta step, o (zeros where not
+    `valid`), then the saves: the state tile (SNAPSHOT) or the ring entries (RING).
     `own_v` (first V tile of this value head) writes g and beta; `own_k` (also the first
-    value head of its q/k group) writes rawk; every tile writes its own slice of rawv.
-    So each ring byte is written by exactly one program.
+    value head of its q/k group) writes rawk; every tile writes its own slice of rawv, so
+    each ring byte is written by exactly one program. Nothing but o is written unless
+    `valid`.
     """
-    if SNAPSHOT:
-        p = p_snap + t * s_snap_t + o_v[:, None] * s_snap_v + o_k[None, :]
-        tl.store(p, b_S)
-    if RING:
-        tl.store(
-            p_rawk + t * s_rawk_r + o_k, b_k.to(p_rawk.dtype.element_ty), mask=own_k & (o_k >= 0)
+    m_k = valid & (o_k >= 0)
+    for t in tl.static_range(T):
+        b_g, b_beta = _gate_beta(
+            b_a[t].to(tl.float32), b_dt_bias, b_A_log, b_b[t].to(tl.float32), lower_bound, SAFE_GATE
         )
-        tl.store(p_rawv + t * s_rawv_r + o_v, b_v.to(p_rawv.dtype.element_ty))
-        tl.store(p_g + t * s_g_r + o_k, b_g, mask=own_v & (o_k >= 0))
-        tl.store(p_beta + t * s_beta_r, b_beta, mask=own_v)
+        b_qn = _l2norm(b_q[t].to(tl.float32), 1e-6) * scale
+        b_kn = _l2norm(b_k[t].to(tl.float32), 1e-6)
+        b_S, b_o = _delta_step(b_S, b_qn, b_kn, b_v[t].to(tl.float32), b_g, b_beta)
+        tl.store(p_o + t * s_o_n, tl.where(valid, b_o, 0.0).to(p_o.dtype.element_ty))
+        if SNAPSHOT:
+            p = p_snap + t * s_snap_t + o_v[:, None] * s_snap_v + o_k[None, :]
+            tl.store(p, b_S, mask=valid & (o_v[:, None] >= 0))
+        if RING:
+            tl.store(
+                p_rawk + t * s_rawk_r + o_k, b_k[t].to(p_rawk.dtype.element_ty), mask=own_k & m_k
+            )
+            tl.store(
+                p_rawv + t * s_rawv_r + o_v,
+                b_v[t].to(p_rawv.dtype.element_ty),
+                mask=valid & (o_v >= 0),
+            )
+            tl.store(p_g + t * s_g_r + o_k, b_g, mask=own_v & m_k)
+            tl.store(p_beta + t * s_beta_r, b_beta, mask=own_v & valid)
+    return b_S
 
 
 # ---------------------------------------------------------------------------------------
@@ -249,29 +273,41 @@ def check_lower_bound(lower_bound):
 
 
 def num_warps_for(block_v, K):
-    """Warps for a [block_v, K] fp32 state tile: about 16 state values per thread, 1..8 warps."""
-    return max(1, min(8, block_v * K // 512))
+    """Warps for a [block_v, K] fp32 state tile: about 32 state values per thread, 1..8 warps."""
+    return max(1, min(8, block_v * K // 1024))
 
 
-# Default value tile by (mode, batch): (largest batch, BLOCK_V) rows, first match wins.
-# Small batches use narrow tiles so that B * HV * (V / BLOCK_V) programs fill the GPU;
-# large batches use wide tiles so that q/k/conv work is shared by more of the state.
+# Default (BLOCK_V, num_warps) of the recurrence kernels by mode and batch: rows
+# (largest batch, BLOCK_V, num_warps), first match wins. "fused*" is the fused kernel,
+# "unfused*" the recurrent kernel of the unfused pair. Small batches use narrow tiles so
+# that B * HV * (V / BLOCK_V) programs fill the GPU; large batches use wider tiles so that
+# the q/k work is shared by more of the state. The fp32 state tile takes
+# BLOCK_V * K / (32 * num_warps) registers per thread; keeping that at or under ~32 keeps
+# it out of local memory. tools/gpu_tune_kda.py times every tile on a GPU (cold timings,
+# H = HV = 8, K = V = 128, T = 4) and prints the table its best tiles make.
 BLOCK_V_TABLE = {
-    "snapshot": ((2, 4), (8, 8), (32, 16), (None, 16)),
-    "ring": ((2, 4), (8, 8), (16, 16), (None, 32)),
+    "fused": ((2, 4, 1), (8, 8, 1), (32, 16, 2), (None, 16, 2)),
+    "fused+ring": ((2, 4, 1), (8, 8, 1), (32, 16, 2), (None, 32, 4)),
+    "unfused": ((2, 4, 1), (8, 8, 1), (32, 16, 2), (None, 16, 2)),
+    "unfused+ring": ((2, 4, 1), (8, 8, 1), (32, 16, 2), (None, 32, 4)),
 }
 
 
-def pick_block_v(forced, ring, B, V):
-    """BLOCK_V: `forced` (an int) if given, else the table entry for the mode and batch."""
-    if forced is None:
-        rows = BLOCK_V_TABLE["ring" if ring else "snapshot"]
-        bv = next(bv for max_b, bv in rows if max_b is None or B <= max_b)
-    else:
-        bv = forced
-        if not isinstance(bv, int) or bv < 1 or bv & (bv - 1):
-            raise ValueError(f"KDA_VERIFY_BLOCK_V must be None or a power of two, got {bv!r}")
-    return min(bv, V)
+def pick_tile(mode, forced_bv, forced_warps, B, V, K):
+    """(BLOCK_V, num_warps): the forced values where given (ints), else the table's for the
+    mode and batch; a forced BLOCK_V without forced warps gets `num_warps_for`."""
+    _, bv, nw = next(row for row in BLOCK_V_TABLE[mode] if row[0] is None or B <= row[0])
+    if forced_bv is not None:
+        if not isinstance(forced_bv, int) or forced_bv < 1 or forced_bv & (forced_bv - 1):
+            raise ValueError(
+                f"KDA_VERIFY_BLOCK_V must be None or a power of two, got {forced_bv!r}"
+            )
+        bv, nw = forced_bv, num_warps_for(forced_bv, K)
+    if forced_warps is not None:
+        if forced_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"num_warps must be None or 1, 2, 4, 8 or 16, got {forced_warps!r}")
+        nw = forced_warps
+    return min(bv, V), nw
 
 
 def check_state_and_saves(

@@ -1,8 +1,8 @@
 """Depthwise causal conv1d update for decode and chain verify (the first unfused kernel).
 
 One program per (sequence, block of channels). Each channel's T outputs need the W-1
-saved inputs plus the T new ones; the tap loads of neighbouring steps overlap and hit L1.
-In verify mode (a window buffer is given) `conv_state` is only read and the window after
+saved inputs plus the T new ones; all W-1+T rows (and the W weight columns) are loaded
+once, up front, and every output and window is made from those registers. In verify mode (a window buffer is given) `conv_state` is only read and the window after
 every step is written; in decode mode `conv_state` is rolled in place after the outputs
 are computed.
 """
@@ -13,15 +13,17 @@ import triton.language as tl
 
 from .common import (
     FLOAT_DTYPES,
-    _conv_step,
-    _load_xx,
-    _store_window,
+    _conv_out,
+    _load_rows,
+    _store_windows,
     check_devices,
     check_index,
     check_tensor,
 )
 
+# Channels per program and warps, read at every call.
 BLOCK_D = 256
+CONV_NUM_WARPS = 4
 
 
 @triton.jit
@@ -60,46 +62,35 @@ def _causal_conv1d_update_kernel(
     i_n = tl.program_id(0)
     o_c = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     m_c = o_c < dim
+    # The line indices head the longest chain of loads; the new inputs and the weights do
+    # not depend on them and are issued before the state rows that do.
     i_line = tl.load(conv_state_indices + i_n).to(tl.int64)
-    pad = i_line < 0
+    valid = i_line >= 0
+    i_wline = i_line
     if WINDOW:
         i_wline = tl.load(window_indices + i_n).to(tl.int64)
-        pad = pad | (i_wline < 0)
+        valid = valid & (i_wline >= 0)
+    b_x = _load_rows(x + i_n * s_x_n + o_c * s_x_c, s_x_t, T, m_c)
+    b_w = _load_rows(weight + o_c * s_w_c, s_w_w, W, m_c)
+    if HAS_BIAS:
+        b_bias = tl.load(bias + o_c, mask=m_c, other=0).to(tl.float32)
+    else:
+        b_bias = tl.zeros([BLOCK_D], dtype=tl.float32)
+    m_valid = m_c & valid
+    p_state = conv_state + i_line * s_cs_l + o_c * s_cs_c
+    b_xx = _load_rows(p_state, s_cs_w, W - 1, m_valid) + b_x
 
     p_out = out + i_n * s_out_n + o_c * s_out_c
-    if pad:
-        for t in tl.static_range(T):
-            tl.store(
-                p_out + t * s_out_t,
-                tl.zeros([BLOCK_D], dtype=tl.float32).to(out.dtype.element_ty),
-                mask=m_c,
-            )
+    for t in tl.static_range(T):
+        b_y = _conv_out(b_xx, b_w, b_bias, t, W, SILU)
+        tl.store(p_out + t * s_out_t, tl.where(valid, b_y, 0.0).to(out.dtype.element_ty), mask=m_c)
+    if WINDOW:
+        p_win = window + i_wline * s_win_l + o_c * s_win_c
+        _store_windows(p_win, s_win_t, s_win_w, b_xx, T, W, m_valid)
     else:
-        p_state = conv_state + i_line * s_cs_l + o_c * s_cs_c
-        p_x = x + i_n * s_x_n + o_c * s_x_c
-        p_w = weight + o_c * s_w_c
-        if HAS_BIAS:
-            b_bias = tl.load(bias + o_c, mask=m_c, other=0).to(tl.float32)
-        else:
-            b_bias = tl.zeros([BLOCK_D], dtype=tl.float32)
-        for t in tl.static_range(T):
-            b_y = _conv_step(p_state, s_cs_w, p_x, s_x_t, p_w, s_w_w, b_bias, m_c, t, W, SILU)
-            tl.store(p_out + t * s_out_t, b_y.to(out.dtype.element_ty), mask=m_c)
-            if WINDOW:
-                p_win = window + i_wline * s_win_l + t * s_win_t + o_c * s_win_c
-                _store_window(p_win, s_win_w, p_state, s_cs_w, p_x, s_x_t, t, W, m_c)
-        if not WINDOW:
-            # Every output above has read the old state; only now is it overwritten.
-            tl.debug_barrier()
-            _roll_state(p_state, s_cs_w, p_x, s_x_t, T, W, m_c)
-
-
-@triton.jit
-def _roll_state(p_state, s_cs_w, p_x, s_x_t, T: tl.constexpr, W: tl.constexpr, mask):
-    """conv_state[:, m] <- xx[T + m], m = 0..W-2, for T >= 1 (ascending m reads ahead)."""
-    for m in tl.static_range(W - 1):
-        b_new = _load_xx(p_state, s_cs_w, p_x, s_x_t, T + m, W, mask)
-        tl.store(p_state + m * s_cs_w, b_new, mask=mask)
+        # Decode: roll the state, conv_state[:, m] <- xx[T + m]. Every row was read above.
+        for m in tl.static_range(W - 1):
+            tl.store(p_state + m * s_cs_w, b_xx[T + m], mask=m_valid)
 
 
 def causal_conv1d_update(
@@ -210,6 +201,6 @@ def causal_conv1d_update(
         HAS_BIAS=bias is not None,
         SILU=activation is not None,
         WINDOW=window is not None,
-        num_warps=4,
+        num_warps=CONV_NUM_WARPS,
     )
     return out3.squeeze(-1) if x.dim() == 2 else out3

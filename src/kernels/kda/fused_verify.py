@@ -18,27 +18,25 @@ import triton.language as tl
 
 from .common import (
     FLOAT_DTYPES,
-    _conv_step,
-    _delta_step,
-    _gate_beta,
-    _l2norm,
-    _save_step,
-    _store_window,
+    _conv_out,
+    _load_rows,
+    _store_windows,
+    _verify_steps,
     check_devices,
     check_heads,
     check_index,
     check_lower_bound,
     check_state_and_saves,
     check_tensor,
-    num_warps_for,
-    pick_block_v,
+    pick_tile,
     save_args,
     tokens_view,
 )
 
-# Value tile of the fused kernel, read at every call: None picks from
-# common.BLOCK_V_TABLE by mode (snapshot/ring) and batch; a power of two forces it.
+# Value tile and warps of the fused kernel, read at every call: None picks from
+# common.BLOCK_V_TABLE by mode ("fused" / "fused+ring") and batch; an int forces it.
 KDA_VERIFY_BLOCK_V = None
+KDA_VERIFY_NUM_WARPS = None
 
 
 @triton.jit
@@ -115,140 +113,80 @@ def _fused_verify_kernel(
     i_h = i_hv // (HV // H)
     o_k = tl.arange(0, K)
     o_v = i_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    DT = mixed.dtype.element_ty
 
+    # 1. The indices: they head the longest chain of loads (index -> state / conv line).
     i_slot = tl.load(h0_indices + i_n).to(tl.int64)
     i_cline = tl.load(conv_indices + i_n).to(tl.int64)
     i_line = tl.load(inter_indices + i_n).to(tl.int64)
-    pad = (i_slot < 0) | (i_cline < 0) | (i_line < 0)
+    valid = (i_slot >= 0) & (i_cline >= 0) & (i_line >= 0)
 
-    p_o = o + i_n * T * s_o_n + i_hv * s_o_h + o_v
-    if pad:
-        for t in tl.static_range(T):
-            tl.store(p_o + t * s_o_n, tl.zeros([BLOCK_V], dtype=tl.float32).to(o.dtype.element_ty))
+    # 2. Everything that does not depend on them, for all T steps at once: the new inputs
+    # of this program's channels (q and k of head i_h, its slice of value head i_hv), the
+    # conv weights and biases, a, b and the gate parameters.
+    c_q = i_h * K + o_k
+    c_k = H * K + i_h * K + o_k
+    c_v = 2 * H * K + i_hv * V + o_v
+    p_x = mixed + i_n * T * s_m_n
+    b_xq = _load_rows(p_x + c_q, s_m_n, T, None)
+    b_xk = _load_rows(p_x + c_k, s_m_n, T, None)
+    b_xv = _load_rows(p_x + c_v, s_m_n, T, None)
+    b_wq = _load_rows(conv_w + c_q * s_cw_c, s_cw_w, W, None)
+    b_wk = _load_rows(conv_w + c_k * s_cw_c, s_cw_w, W, None)
+    b_wv = _load_rows(conv_w + c_v * s_cw_c, s_cw_w, W, None)
+    if HAS_BIAS:
+        b_bq = tl.load(conv_b + c_q).to(tl.float32)
+        b_bk = tl.load(conv_b + c_k).to(tl.float32)
+        b_bv = tl.load(conv_b + c_v).to(tl.float32)
     else:
-        own_v = i_v == 0
-        own_k = own_v & (i_hv % (HV // H) == 0)
-        m_k = o_k < K
-        m_v = o_v < V
-        # Channels of this program: q and k of head i_h, and its slice of value head i_hv.
-        c_q = i_h * K + o_k
-        c_k = H * K + i_h * K + o_k
-        c_v = 2 * H * K + i_hv * V + o_v
-        p_x = mixed + i_n * T * s_m_n
-        p_cs = conv_state + i_cline * s_cs_l
-        p_win = window + i_line * s_win_l
-        if HAS_BIAS:
-            b_bq = tl.load(conv_b + c_q).to(tl.float32)
-            b_bk = tl.load(conv_b + c_k).to(tl.float32)
-            b_bv = tl.load(conv_b + c_v).to(tl.float32)
-        else:
-            b_bq = tl.zeros([K], dtype=tl.float32)
-            b_bk = tl.zeros([K], dtype=tl.float32)
-            b_bv = tl.zeros([BLOCK_V], dtype=tl.float32)
+        b_bq = tl.zeros([K], dtype=tl.float32)
+        b_bk = tl.zeros([K], dtype=tl.float32)
+        b_bv = tl.zeros([BLOCK_V], dtype=tl.float32)
+    i_tok = i_n * T
+    b_a = _load_rows(a + i_tok * s_a_n + i_hv * K + o_k, s_a_n, T, None)
+    b_b = _load_rows(b + i_tok * s_b_n + i_hv, s_b_n, T, None)
+    b_A_log = tl.load(A_log + i_hv)
+    b_dt_bias = tl.load(dt_bias + i_hv * K + o_k)
 
-        p_h0 = h0 + i_slot * s_h0_s + i_hv * s_h0_h + o_v[:, None] * s_h0_v + o_k[None, :]
-        b_S = tl.load(p_h0)
-        p_snap = snap
-        if SNAPSHOT:
-            p_snap = snap + i_line * s_snap_l + i_hv * s_snap_h
-        p_rawk = rawk + i_slot * s_rawk_s + i_h * s_rawk_h
-        p_rawv = rawv + i_slot * s_rawv_s + i_hv * s_rawv_h
-        p_g = ring_g + i_slot * s_g_s + i_hv * s_g_h
-        p_beta = ring_beta + i_slot * s_beta_s + i_hv * s_beta_h
-        b_A_log = tl.load(A_log + i_hv)
-        b_dt_bias = tl.load(dt_bias + i_hv * K + o_k)
-        DT = mixed.dtype.element_ty
-        for t in tl.static_range(T):
-            # Conv outputs, rounded to the input dtype as the unfused conv stores them.
-            b_q = _conv_step(
-                p_cs + c_q * s_cs_c,
-                s_cs_w,
-                p_x + c_q,
-                s_m_n,
-                conv_w + c_q * s_cw_c,
-                s_cw_w,
-                b_bq,
-                m_k,
-                t,
-                W,
-                True,
-            )
-            b_k = _conv_step(
-                p_cs + c_k * s_cs_c,
-                s_cs_w,
-                p_x + c_k,
-                s_m_n,
-                conv_w + c_k * s_cw_c,
-                s_cw_w,
-                b_bk,
-                m_k,
-                t,
-                W,
-                True,
-            )
-            b_v = _conv_step(
-                p_cs + c_v * s_cs_c,
-                s_cs_w,
-                p_x + c_v,
-                s_m_n,
-                conv_w + c_v * s_cw_c,
-                s_cw_w,
-                b_bv,
-                m_v,
-                t,
-                W,
-                True,
-            )
-            b_q = b_q.to(DT).to(tl.float32)
-            b_k = b_k.to(DT)
-            b_v = b_v.to(DT)
-            p_win_t = p_win + t * s_win_t
-            _store_window(
-                p_win_t + c_q * s_win_c,
-                s_win_w,
-                p_cs + c_q * s_cs_c,
-                s_cs_w,
-                p_x + c_q,
-                s_m_n,
-                t,
-                W,
-                m_k & own_k,
-            )
-            _store_window(
-                p_win_t + c_k * s_win_c,
-                s_win_w,
-                p_cs + c_k * s_cs_c,
-                s_cs_w,
-                p_x + c_k,
-                s_m_n,
-                t,
-                W,
-                m_k & own_k,
-            )
-            _store_window(
-                p_win_t + c_v * s_win_c,
-                s_win_w,
-                p_cs + c_v * s_cs_c,
-                s_cs_w,
-                p_x + c_v,
-                s_m_n,
-                t,
-                W,
-                m_v,
-            )
+    # 3. What the indices select: the saved conv inputs and the state tile (zeros for a
+    # padded sequence, whose results are never stored).
+    m_k = valid & (o_k >= 0)
+    m_v = valid & (o_v >= 0)
+    p_cs = conv_state + i_cline * s_cs_l
+    b_xq = _load_rows(p_cs + c_q * s_cs_c, s_cs_w, W - 1, m_k) + b_xq
+    b_xk = _load_rows(p_cs + c_k * s_cs_c, s_cs_w, W - 1, m_k) + b_xk
+    b_xv = _load_rows(p_cs + c_v * s_cs_c, s_cs_w, W - 1, m_v) + b_xv
+    p_h0 = h0 + i_slot * s_h0_s + i_hv * s_h0_h + o_v[:, None] * s_h0_v + o_k[None, :]
+    b_S = tl.load(p_h0, mask=valid & (o_v[:, None] >= 0), other=0.0)
 
-            i_tok = i_n * T + t
-            b_a = tl.load(a + i_tok * s_a_n + i_hv * K + o_k).to(tl.float32)
-            b_b = tl.load(b + i_tok * s_b_n + i_hv).to(tl.float32)
-            b_g, b_beta = _gate_beta(b_a, b_dt_bias, b_A_log, b_b, lower_bound, SAFE_GATE)
-            b_qn = _l2norm(b_q, 1e-6) * scale
-            b_kn = _l2norm(b_k.to(tl.float32), 1e-6)
-            b_S, b_o = _delta_step(b_S, b_qn, b_kn, b_v.to(tl.float32), b_g, b_beta)
-            tl.store(p_o + t * s_o_n, b_o.to(o.dtype.element_ty))
-            _save_step(
-                b_S, b_k, b_v, b_g, b_beta, p_snap, p_rawk, p_rawv, p_g, p_beta, o_v, o_k, s_snap_v, t,
-                s_snap_t, s_rawk_r, s_rawv_r, s_g_r, s_beta_r, own_v, own_k, SNAPSHOT, RING,
-            )  # fmt: skip
+    # 4. The conv outputs of all steps, rounded to the input dtype exactly where the
+    # unfused conv kernel stores them, and the windows (q/k windows by one program of
+    # the q/k head, v windows by every program for its slice).
+    b_q = ()
+    b_k = ()
+    b_v = ()
+    for t in tl.static_range(T):
+        b_q = b_q + (_conv_out(b_xq, b_wq, b_bq, t, W, True).to(DT),)
+        b_k = b_k + (_conv_out(b_xk, b_wk, b_bk, t, W, True).to(DT),)
+        b_v = b_v + (_conv_out(b_xv, b_wv, b_bv, t, W, True).to(DT),)
+    own_v = i_v == 0
+    own_k = own_v & (i_hv % (HV // H) == 0)
+    p_win = window + i_line * s_win_l
+    _store_windows(p_win + c_q * s_win_c, s_win_t, s_win_w, b_xq, T, W, m_k & own_k)
+    _store_windows(p_win + c_k * s_win_c, s_win_t, s_win_w, b_xk, T, W, m_k & own_k)
+    _store_windows(p_win + c_v * s_win_c, s_win_t, s_win_w, b_xv, T, W, m_v)
+
+    # 5. The recurrence and the saves, shared with the recurrent kernel.
+    p_snap = snap + i_line * s_snap_l + i_hv * s_snap_h
+    _verify_steps(
+        b_S, b_q, b_k, b_v, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, valid,
+        o + i_tok * s_o_n + i_hv * s_o_h + o_v, s_o_n, p_snap, s_snap_t, s_snap_v,
+        rawk + i_slot * s_rawk_s + i_h * s_rawk_h, s_rawk_r,
+        rawv + i_slot * s_rawv_s + i_hv * s_rawv_h, s_rawv_r,
+        ring_g + i_slot * s_g_s + i_hv * s_g_h, s_g_r,
+        ring_beta + i_slot * s_beta_s + i_hv * s_beta_h, s_beta_r,
+        o_v, o_k, own_v, own_k, T, SAFE_GATE, SNAPSHOT, RING,
+    )  # fmt: skip
 
 
 def fused_kda_conv_gating_verify(
@@ -373,7 +311,8 @@ def fused_kda_conv_gating_verify(
 
     o = mixed_qkv.new_empty(N, HV, V)
     ptrs, strides = save_args(intermediate_states_buffer, ring, cache_ring, ssm_states, dtype)
-    BV = pick_block_v(KDA_VERIFY_BLOCK_V, cache_ring, B, V)
+    mode = "fused+ring" if cache_ring else "fused"
+    BV, num_warps = pick_tile(mode, KDA_VERIFY_BLOCK_V, KDA_VERIFY_NUM_WARPS, B, V, K)
     grid = (B, HV, V // BV)
     _fused_verify_kernel[grid](
         mixed_qkv, conv_weight, conv_bias if conv_bias is not None else conv_weight, conv_state,
@@ -389,6 +328,6 @@ def fused_kda_conv_gating_verify(
         SAFE_GATE=lower_bound is not None,
         SNAPSHOT=intermediate_states_buffer is not None,
         RING=bool(cache_ring),
-        num_warps=num_warps_for(BV, K),
+        num_warps=num_warps,
     )  # fmt: skip
     return o

@@ -2,8 +2,10 @@
 
 One program per (sequence, value head, V tile). The fp32 state tile [BLOCK_V, K] stays in
 registers across the T steps; q and k of the value head's q/k head are loaded and
-normalized in every program (they are small and shared through L2). After each step the
-program saves either its snapshot tile or its share of the ring (see `_save_step`).
+normalized in every program (they are small and shared through L2). Every input of all T
+steps is loaded up front, so the loads overlap instead of waiting behind the previous
+step's stores. After each step the program saves either its snapshot tile or its share of
+the ring (see `common._verify_steps`).
 """
 
 import torch
@@ -12,23 +14,22 @@ import triton.language as tl
 
 from .common import (
     FLOAT_DTYPES,
-    _delta_step,
-    _gate_beta,
-    _l2norm,
-    _save_step,
+    _load_rows,
+    _verify_steps,
     check_devices,
     check_heads,
     check_lower_bound,
     check_state_and_saves,
     check_tensor,
-    num_warps_for,
-    pick_block_v,
+    pick_tile,
     save_args,
     tokens_view,
 )
 
-# Value tile of the recurrent kernel: None picks from the shared table, an int forces it.
+# Value tile and warps of the recurrent kernel, read at every call: None picks from
+# common.BLOCK_V_TABLE (modes "unfused" / "unfused+ring"), an int forces it.
 RECURRENT_BLOCK_V = None
+RECURRENT_NUM_WARPS = None
 
 
 @triton.jit
@@ -98,47 +99,40 @@ def _recurrent_verify_kernel(
     o_k = tl.arange(0, K)
     o_v = i_v * BLOCK_V + tl.arange(0, BLOCK_V)
 
+    # Slot and line first (they head the longest chain: index -> state), then the per-token
+    # rows of all T steps, which do not depend on them, then the state tile.
     i_slot = tl.load(h0_indices + i_n).to(tl.int64)
-    pad = i_slot < 0
+    valid = i_slot >= 0
     p_snap = snap
     if SNAPSHOT:
         i_line = tl.load(snap_indices + i_n).to(tl.int64)
-        pad = pad | (i_line < 0)
+        valid = valid & (i_line >= 0)
         p_snap = snap + i_line * s_snap_l + i_hv * s_snap_h
+    i_tok = i_n * T
+    b_q = _load_rows(q + i_tok * s_q_n + i_h * s_q_h + o_k, s_q_n, T, None)
+    b_k = _load_rows(k + i_tok * s_k_n + i_h * s_k_h + o_k, s_k_n, T, None)
+    b_v = _load_rows(v + i_tok * s_v_n + i_hv * s_v_h + o_v, s_v_n, T, None)
+    b_a = _load_rows(a + i_tok * s_a_n + i_hv * K + o_k, s_a_n, T, None)
+    b_b = _load_rows(b + i_tok * s_b_n + i_hv, s_b_n, T, None)
+    b_A_log = tl.load(A_log + i_hv)
+    b_dt_bias = tl.load(dt_bias + i_hv * K + o_k)
+    p_h0 = h0 + i_slot * s_h0_s + i_hv * s_h0_h + o_v[:, None] * s_h0_v + o_k[None, :]
+    m_S = valid & (o_v[:, None] >= 0)
+    b_S = tl.load(p_h0, mask=m_S, other=0.0)
 
-    p_o = o + i_n * T * s_o_n + i_hv * s_o_h + o_v
-    if pad:
-        for t in tl.static_range(T):
-            tl.store(p_o + t * s_o_n, tl.zeros([BLOCK_V], dtype=tl.float32).to(o.dtype.element_ty))
-    else:
-        p_h0 = h0 + i_slot * s_h0_s + i_hv * s_h0_h + o_v[:, None] * s_h0_v + o_k[None, :]
-        b_S = tl.load(p_h0)
-        p_rawk = rawk + i_slot * s_rawk_s + i_h * s_rawk_h
-        p_rawv = rawv + i_slot * s_rawv_s + i_hv * s_rawv_h
-        p_g = ring_g + i_slot * s_g_s + i_hv * s_g_h
-        p_beta = ring_beta + i_slot * s_beta_s + i_hv * s_beta_h
-        own_v = i_v == 0
-        own_k = own_v & (i_hv % (HV // H) == 0)
-        b_A_log = tl.load(A_log + i_hv)
-        b_dt_bias = tl.load(dt_bias + i_hv * K + o_k)
-        for t in tl.static_range(T):
-            i_tok = i_n * T + t
-            b_q = tl.load(q + i_tok * s_q_n + i_h * s_q_h + o_k).to(tl.float32)
-            b_k = tl.load(k + i_tok * s_k_n + i_h * s_k_h + o_k)
-            b_v = tl.load(v + i_tok * s_v_n + i_hv * s_v_h + o_v)
-            b_a = tl.load(a + i_tok * s_a_n + i_hv * K + o_k).to(tl.float32)
-            b_b = tl.load(b + i_tok * s_b_n + i_hv).to(tl.float32)
-            b_g, b_beta = _gate_beta(b_a, b_dt_bias, b_A_log, b_b, lower_bound, SAFE_GATE)
-            b_qn = _l2norm(b_q, 1e-6) * scale
-            b_kn = _l2norm(b_k.to(tl.float32), 1e-6)
-            b_S, b_o = _delta_step(b_S, b_qn, b_kn, b_v.to(tl.float32), b_g, b_beta)
-            tl.store(p_o + t * s_o_n, b_o.to(o.dtype.element_ty))
-            _save_step(
-                b_S, b_k, b_v, b_g, b_beta, p_snap, p_rawk, p_rawv, p_g, p_beta, o_v, o_k, s_snap_v, t,
-                s_snap_t, s_rawk_r, s_rawv_r, s_g_r, s_beta_r, own_v, own_k, SNAPSHOT, RING,
-            )  # fmt: skip
-        if STORE_FINAL:
-            tl.store(p_h0, b_S)
+    own_v = i_v == 0
+    own_k = own_v & (i_hv % (HV // H) == 0)
+    b_S = _verify_steps(
+        b_S, b_q, b_k, b_v, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, valid,
+        o + i_tok * s_o_n + i_hv * s_o_h + o_v, s_o_n, p_snap, s_snap_t, s_snap_v,
+        rawk + i_slot * s_rawk_s + i_h * s_rawk_h, s_rawk_r,
+        rawv + i_slot * s_rawv_s + i_hv * s_rawv_h, s_rawv_r,
+        ring_g + i_slot * s_g_s + i_hv * s_g_h, s_g_r,
+        ring_beta + i_slot * s_beta_s + i_hv * s_beta_h, s_beta_r,
+        o_v, o_k, own_v, own_k, T, SAFE_GATE, SNAPSHOT, RING,
+    )  # fmt: skip
+    if STORE_FINAL:
+        tl.store(p_h0, b_S, mask=m_S)
 
 
 def fused_sigmoid_gating_delta_rule_update(
@@ -278,7 +272,8 @@ def fused_sigmoid_gating_delta_rule_update(
         if intermediate_states_buffer is not None
         else initial_state_indices
     )
-    BV = pick_block_v(RECURRENT_BLOCK_V, cache_ring, B, V)
+    mode = "unfused+ring" if cache_ring else "unfused"
+    BV, num_warps = pick_tile(mode, RECURRENT_BLOCK_V, RECURRENT_NUM_WARPS, B, V, K)
     grid = (B, HV, V // BV)
     _recurrent_verify_kernel[grid](
         q3, k3, v3, a2, b2, A_log, dt_bias, initial_state_source, initial_state_indices, o3, snap_idx,
@@ -294,6 +289,6 @@ def fused_sigmoid_gating_delta_rule_update(
         SNAPSHOT=intermediate_states_buffer is not None,
         RING=bool(cache_ring),
         STORE_FINAL=not disable_state_update,
-        num_warps=num_warps_for(BV, K),
+        num_warps=num_warps,
     )  # fmt: skip
     return o

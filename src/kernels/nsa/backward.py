@@ -3,23 +3,24 @@
 With P = exp(s - lse) recomputed from q, k and the forward's lse, and delta = rowsum(o * do):
 dS = P * (do v^T - delta), dq = scale * dS k, dk = scale * dS^T q, dv = P^T do.
 
-* dq kernel: the forward's tiling (a tile of BLOCK_T tokens x G heads per program, each kept
-  block visited once per tile). It also computes delta for its rows from o and do and stores
-  it (fp32 [B, Hq, T]) for the dk/dv kernel, so no separate pass over o and do is needed.
+* dq kernel: the forward's tiling and block loop (a tile of BLOCK_T tokens x G heads per
+  program, each kept block visited once per tile; knobs DQ_ROWS, DQ_WARPS, DQ_STAGES and the
+  forward's TILE_LOOP). It also computes delta for its rows from o and do and stores it
+  (fp32 [B, Hq, T]) for the dk/dv kernel, so no separate pass over o and do is needed.
 * dk/dv without float atomics: block_idx is inverted into a per-(b, kv head, key block) CSR
-  list of the query positions that kept the block (a counting sort with torch ops on the
-  device: dropped slots get the sentinel key NB, a stable argsort of the flattened [T * S]
-  keys groups entries by block with tokens ascending, counts by scatter_add into a tensor of
-  static size, offsets by cumsum; no host sync). A program owns dk/dv of one key block and
-  loops over its list in chunks of BLOCK_Q tokens x G heads, gathering their q, do, lse and
-  delta rows. Load balance: a block chosen by many queries (block 0 of the 'random' pattern is
-  chosen by all of them) would be one long serial program, so each list is cut into segments
-  of SEGMENT_CHUNKS * BLOCK_Q entries, one program per segment. A block with one segment (the
-  common case) writes dk/dv directly; the segments of a longer list write fp32 partials that
-  a small kernel then adds in segment order. The grid is a static bound on the number of
-  segments (NB + T * S / segment length; spare programs exit), so nothing syncs the host.
-  Every sum runs in a fixed order, so dk/dv are bitwise deterministic (no float atomics), and
-  each key row is written exactly once (blocks nobody chose get zeros).
+  list of the query positions that kept the block (`invert_block_idx`: each slot becomes the
+  int32 key block * T + t, dropped slots block NB; one sort per row groups entries by block
+  with tokens ascending, and a binary search gives the block offsets; no host sync).
+  A program owns dk/dv of one key block and loops over its list in chunks of BLOCK_Q tokens x
+  G heads, gathering their q, do, lse and delta rows. Load balance: a block chosen by many
+  queries (block 0 of the 'random' pattern is chosen by all of them) would be one long serial
+  program, so each list is cut into segments of SEGMENT_CHUNKS * BLOCK_Q entries, one program
+  per segment. A block with one segment (the common case) writes dk/dv directly; the segments
+  of a longer list write fp32 partials that a small kernel then adds in segment order. The grid
+  is a static bound on the number of segments (NB + T * S / segment length; spare programs
+  exit), so nothing syncs the host. Every sum runs in a fixed order, so dk/dv are bitwise
+  deterministic (no float atomics), and each key row is written exactly once (blocks nobody
+  chose get zeros).
   Memory is O(T * S): the sorted list and offsets, plus the partial buffer of at most
   2 * T * S / segment length tiles of [2, block_size, D] fp32 per (b, kv head).
 """
@@ -34,22 +35,53 @@ from .forward import (
     _next_block,
     _tile_rows,
     _tile_slots,
+    launch,
     selection_forward_triton,
     tile_config,
+    tile_loop_args,
 )
 
-# Tuning knobs, read at call time: gathered query rows (BLOCK_Q tokens x padded group) per
-# dk/dv chunk, and chunks per dk/dv program before a block's query list is split.
-DKDV_ROWS = 64
+# Tuning knobs, read at call time. dq: query rows per program (None: the forward's
+# TILE_ROWS), warps and pipeline stages. dk/dv: gathered query rows (BLOCK_Q tokens x padded
+# group) per chunk, chunks per program before a block's query list is split, warps, stages.
+# SORT_ENTRIES bounds the slots sorted at once by `invert_block_idx` (its temporaries).
+DQ_ROWS = None
+DQ_WARPS = 4
+DQ_STAGES = 2
+DKDV_ROWS = 128
 SEGMENT_CHUNKS = 256
+DKDV_WARPS = 4
+DKDV_STAGES = 2
+SORT_ENTRIES = 1 << 21
+
+
+@triton.jit
+def _dq_block(
+    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, T, qk_scale,
+    D: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """dq contribution of key block j to the tile: returns b_dq + dS k (unscaled)."""
+    i_d = tl.arange(0, D)
+    i_k = j * BS + tl.arange(0, BS)
+    k_ok = (i_k < T)[:, None]
+    b_k = tl.load(K + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
+    b_v = tl.load(V + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
+    sel = (tl.sum((b_j == j).to(tl.int32), axis=1) > 0) & row_ok
+    vis = sel[:, None] & (i_k[None, :] <= i_t[:, None])
+    b_s = tl.dot(b_q, tl.trans(b_k), input_precision=PREC) * qk_scale
+    b_p = tl.where(vis, tl.exp2(b_s - b_lse[:, None]), 0.0)
+    b_dp = tl.dot(b_do, tl.trans(b_v), input_precision=PREC)
+    b_ds = b_p * (b_dp - b_delta[:, None])
+    return b_dq + tl.dot(b_ds.to(b_k.dtype), b_k, input_precision=PREC)
 
 
 @triton.jit
 def _sel_bwd_dq_kernel(
-    Q, K, V, IDX, O, DO, LSE, DELTA, DQ,
+    Q, K, V, IDX, LIST, COUNT, O, DO, LSE, DELTA, DQ,
     T, NB, Hq, G, qk_scale, scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
+    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr,
 ):  # fmt: skip
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)
@@ -71,24 +103,67 @@ def _sel_bwd_dq_kernel(
     b_lse = tl.load(LSE + o_row // D, mask=row_ok, other=0.0) * 1.4426950408889634
     b_lse = tl.where(b_lse == float("-inf"), 0.0, b_lse)
     b_j, i_s = _tile_slots(p_idx, i_t, T, NB, S, BS, S_PAD)
-    i_flat = ((i_t - pid_t * BLOCK_T) * S)[:, None] + i_s[None, :]
 
     b_dq = tl.zeros([BLOCK_T * BLOCK_G, D], tl.float32)
-    for f in range(0, BLOCK_T * S):
-        j, visit = _next_block(p_idx, f, pid_t * BLOCK_T, T, NB, b_j, i_flat, S, BS)
-        if visit:
-            i_k = j * BS + tl.arange(0, BS)
-            k_ok = (i_k < T)[:, None]
-            b_k = tl.load(K + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
-            b_v = tl.load(V + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
-            sel = (tl.sum((b_j == j).to(tl.int32), axis=1) > 0) & row_ok
-            vis = sel[:, None] & (i_k[None, :] <= i_t[:, None])
-            b_s = tl.dot(b_q, tl.trans(b_k), input_precision=PREC) * qk_scale
-            b_p = tl.where(vis, tl.exp2(b_s - b_lse[:, None]), 0.0)
-            b_dp = tl.dot(b_do, tl.trans(b_v), input_precision=PREC)
-            b_ds = b_p * (b_dp - b_delta[:, None])
-            b_dq += tl.dot(b_ds.to(b_k.dtype), b_k, input_precision=PREC)
+    if USE_LIST:
+        o_tile = i_bh.to(tl.int64) * tl.num_programs(0) + pid_t
+        p_list = LIST + o_tile * BLOCK_T * S
+        n = tl.load(COUNT + o_tile)
+        if FOR_LOOP:
+            for i in range(0, n):
+                j = tl.load(p_list + i)
+                b_dq = _dq_block(
+                    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, T,
+                    qk_scale, D, BS, PREC,
+                )  # fmt: skip
+        else:
+            i = 0
+            while i < n:
+                j = tl.load(p_list + i)
+                b_dq = _dq_block(
+                    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, T,
+                    qk_scale, D, BS, PREC,
+                )  # fmt: skip
+                i += 1
+    else:
+        i_flat = ((i_t - pid_t * BLOCK_T) * S)[:, None] + i_s[None, :]
+        for f in range(0, BLOCK_T * S):
+            j, visit = _next_block(p_idx, f, pid_t * BLOCK_T, T, NB, b_j, i_flat, S, BS)
+            if visit:
+                b_dq = _dq_block(
+                    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, T,
+                    qk_scale, D, BS, PREC,
+                )  # fmt: skip
     tl.store(DQ + p_rows, (b_dq * scale).to(DQ.dtype.element_ty), mask=row_ok[:, None])
+
+
+@triton.jit
+def _dkdv_chunk(
+    Q, DO, LSE, DELTA, p_col, c, end, o_head, b_k, b_v, i_k, b_dk, b_dv, qk_scale,
+    D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_G: tl.constexpr, G, PREC: tl.constexpr,
+):  # fmt: skip
+    """dk/dv contributions of list entries c .. c + BLOCK_Q - 1 (x G heads) to one key block."""
+    # Row r of a chunk: head r % BLOCK_G of the (r // BLOCK_G)-th listed query position.
+    i_r = tl.arange(0, BLOCK_Q * BLOCK_G)
+    i_g = i_r % BLOCK_G
+    i_d = tl.arange(0, D)
+    i_e = c + i_r // BLOCK_G
+    row_ok = (i_e < end) & (i_g < G)
+    i_t = tl.load(p_col + i_e, mask=row_ok, other=0)
+    o_row = o_head + i_t
+    p_rows = o_row[:, None] * D + i_d[None, :]
+    b_q = tl.load(Q + p_rows, mask=row_ok[:, None], other=0.0)
+    b_do = tl.load(DO + p_rows, mask=row_ok[:, None], other=0.0)
+    b_lse = tl.load(LSE + o_row, mask=row_ok, other=0.0) * 1.4426950408889634
+    b_delta = tl.load(DELTA + o_row, mask=row_ok, other=0.0)
+    vis = row_ok[:, None] & (i_k[None, :] <= i_t[:, None])
+    b_s = tl.dot(b_q, tl.trans(b_k), input_precision=PREC) * qk_scale
+    b_p = tl.where(vis, tl.exp2(b_s - b_lse[:, None]), 0.0)
+    b_dv += tl.dot(tl.trans(b_p.to(b_do.dtype)), b_do, input_precision=PREC)
+    b_dp = tl.dot(b_do, tl.trans(b_v), input_precision=PREC)
+    b_ds = b_p * (b_dp - b_delta[:, None])
+    b_dk += tl.dot(tl.trans(b_ds.to(b_q.dtype)), b_q, input_precision=PREC)
+    return b_dk, b_dv
 
 
 @triton.jit
@@ -96,7 +171,7 @@ def _sel_bwd_dkdv_kernel(
     Q, K, V, DO, LSE, DELTA, ROW_PTR, COL, SEG_BLOCK, SEG_START, PART_START, PART, DK, DV,
     T, NB, NSEG, NPART, SEG_LEN, Hq, G, qk_scale, scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
-    BLOCK_Q: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_Q: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr, FOR_LOOP: tl.constexpr,
 ):  # fmt: skip
     i_seg = tl.program_id(0)
     i_bh = tl.program_id(1)
@@ -118,32 +193,24 @@ def _sel_bwd_dkdv_kernel(
         start = tl.load(ROW_PTR + o_blk) + (i_seg - seg0) * SEG_LEN
         end = tl.minimum(start + SEG_LEN, tl.load(ROW_PTR + o_blk + 1))
         p_col = COL + i_bh.to(tl.int64) * T * S
-        # Row r of a chunk: head r % BLOCK_G of the (r // BLOCK_G)-th listed query position.
-        i_r = tl.arange(0, BLOCK_Q * BLOCK_G)
-        i_g = i_r % BLOCK_G
-        o_head = (i_b * Hq + i_h * G + i_g).to(tl.int64) * T
+        o_head = (i_b * Hq + i_h * G + tl.arange(0, BLOCK_Q * BLOCK_G) % BLOCK_G).to(tl.int64) * T
 
         b_dk = tl.zeros([BS, D], tl.float32)
         b_dv = tl.zeros([BS, D], tl.float32)
-        c = start
-        while c < end:  # (a while loop: the interpreter cannot range() over loaded bounds)
-            i_e = c + i_r // BLOCK_G
-            row_ok = (i_e < end) & (i_g < G)
-            i_t = tl.load(p_col + i_e, mask=row_ok, other=0)
-            o_row = o_head + i_t
-            p_rows = o_row[:, None] * D + i_d[None, :]
-            b_q = tl.load(Q + p_rows, mask=row_ok[:, None], other=0.0)
-            b_do = tl.load(DO + p_rows, mask=row_ok[:, None], other=0.0)
-            b_lse = tl.load(LSE + o_row, mask=row_ok, other=0.0) * 1.4426950408889634
-            b_delta = tl.load(DELTA + o_row, mask=row_ok, other=0.0)
-            vis = row_ok[:, None] & (i_k[None, :] <= i_t[:, None])
-            b_s = tl.dot(b_q, tl.trans(b_k), input_precision=PREC) * qk_scale
-            b_p = tl.where(vis, tl.exp2(b_s - b_lse[:, None]), 0.0)
-            b_dv += tl.dot(tl.trans(b_p.to(b_do.dtype)), b_do, input_precision=PREC)
-            b_dp = tl.dot(b_do, tl.trans(b_v), input_precision=PREC)
-            b_ds = b_p * (b_dp - b_delta[:, None])
-            b_dk += tl.dot(tl.trans(b_ds.to(b_q.dtype)), b_q, input_precision=PREC)
-            c += BLOCK_Q
+        if FOR_LOOP:
+            for c in range(start, end, BLOCK_Q):
+                b_dk, b_dv = _dkdv_chunk(
+                    Q, DO, LSE, DELTA, p_col, c, end, o_head, b_k, b_v, i_k, b_dk, b_dv,
+                    qk_scale, D, BLOCK_Q, BLOCK_G, G, PREC,
+                )  # fmt: skip
+        else:
+            c = start
+            while c < end:
+                b_dk, b_dv = _dkdv_chunk(
+                    Q, DO, LSE, DELTA, p_col, c, end, o_head, b_k, b_v, i_k, b_dk, b_dv,
+                    qk_scale, D, BLOCK_Q, BLOCK_G, G, PREC,
+                )  # fmt: skip
+                c += BLOCK_Q
         if n_seg == 1:
             tl.store(DK + p_kv, (b_dk * scale).to(DK.dtype.element_ty), mask=k_ok)
             tl.store(DV + p_kv, b_dv.to(DV.dtype.element_ty), mask=k_ok)
@@ -188,27 +255,40 @@ def invert_block_idx(block_idx, block_size):
     """CSR inverse of block_idx: which query positions kept each key block.
 
     Args:
-        block_idx: [B, Hkv, T, S] int32/int64.
+        block_idx: [B, Hkv, T, S] int32/int64, contiguous.
         block_size: keys per block.
     Returns:
         row_ptr: int32 [B * Hkv, NB + 1]; the queries of block j of (b, h) are
             col[b * Hkv + h, row_ptr[., j] : row_ptr[., j + 1]].
         col: int32 [B * Hkv, T * S] query positions, ascending within each block; entries
             past row_ptr[., NB] belong to dropped slots.
-    Device-side torch ops only (no host sync); O(T * S) memory.
+    Device-side torch ops only (no host sync). Slot (t, s) gets the key j * T + t (j = NB when
+    dropped), unique per row, so one sort of the keys orders entries by block and then token;
+    the keys are int32 unless (NB + 1) * T overflows it. Rows are sorted SORT_ENTRIES slots at
+    a time, which bounds the sort's temporaries; O(T * S) memory.
     """
     B, Hkv, T, S = block_idx.shape
     NB = (T + block_size - 1) // block_size
-    j = block_idx.long()
-    t = torch.arange(T, device=block_idx.device)[:, None]
-    kept = (j >= 0) & (j < NB) & (j * block_size <= t)
-    key = torch.where(kept, j, NB).view(B * Hkv, T * S)
-    order = torch.argsort(key, dim=1, stable=True)
-    counts = torch.zeros(B * Hkv, NB + 1, dtype=torch.int64, device=block_idx.device)
-    counts.scatter_add_(1, key, torch.ones_like(key))
-    row_ptr = torch.zeros(B * Hkv, NB + 1, dtype=torch.int32, device=block_idx.device)
-    row_ptr[:, 1:] = torch.cumsum(counts[:, :NB], dim=1)
-    return row_ptr, (order // S).to(torch.int32)
+    BH, dev = B * Hkv, block_idx.device
+    kdt = torch.int32 if (NB + 1) * T < 2**31 else torch.int64
+    idx = block_idx.view(BH, T * S)
+    t = torch.arange(T, device=dev, dtype=kdt).repeat_interleave(S)
+    bounds = torch.arange(NB + 1, device=dev, dtype=kdt) * T
+    row_ptr = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
+    col = torch.empty(BH, T * S, dtype=torch.int32, device=dev)
+    rows = max(1, SORT_ENTRIES // (T * S))
+    for r0 in range(0, BH, rows):
+        j = idx[r0 : r0 + rows]
+        kept = (j >= 0) & (j < NB) & (j * block_size <= t)
+        key = torch.where(kept, j.to(kdt), NB) * T + t
+        del kept
+        key = key.sort(dim=1).values
+        n = key.shape[0]
+        row_ptr[r0 : r0 + n] = torch.searchsorted(
+            key, bounds.expand(n, NB + 1).contiguous(), out_int32=True
+        )
+        col[r0 : r0 + n] = key % T
+    return row_ptr, col
 
 
 def split_long_lists(row_ptr, seg_len, n_entries):
@@ -228,18 +308,62 @@ def split_long_lists(row_ptr, seg_len, n_entries):
     Every block gets at least one segment, so blocks nobody chose still get their zeros.
     """
     BH, NB = row_ptr.shape[0], row_ptr.shape[1] - 1
-    counts = (row_ptr[:, 1:] - row_ptr[:, :-1]).long()
+    counts = row_ptr[:, 1:] - row_ptr[:, :-1]
     n_seg = torch.clamp((counts + seg_len - 1) // seg_len, min=1)
-    seg_start = torch.zeros(BH, NB + 1, dtype=torch.int64, device=row_ptr.device)
+    seg_start = torch.zeros(BH, NB + 1, dtype=torch.int32, device=row_ptr.device)
     seg_start[:, 1:] = torch.cumsum(n_seg, dim=1)
     n_total = NB + n_entries // seg_len
-    ids = torch.arange(n_total, device=row_ptr.device).expand(BH, n_total).contiguous()
-    seg_block = torch.searchsorted(seg_start[:, 1:].contiguous(), ids, right=True)
+    ids = torch.arange(n_total, device=row_ptr.device, dtype=torch.int32)
+    ids = ids.expand(BH, n_total).contiguous()
+    seg_block = torch.searchsorted(seg_start[:, 1:].contiguous(), ids, right=True, out_int32=True)
     part_start = torch.zeros_like(seg_start)
     part_start[:, 1:] = torch.cumsum(torch.where(n_seg > 1, n_seg, 0), dim=1)
     n_part = max(1, 2 * n_entries // seg_len)
-    i32 = torch.int32
-    return seg_block.to(i32), seg_start.to(i32), part_start.to(i32), n_part
+    return seg_block, seg_start, part_start, n_part
+
+
+def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale):
+    """Run the dq kernel; returns (dq, delta). Its tile lists are freed on return."""
+    dq = _checks.new_empty(q.shape, q.dtype, q.device)
+    delta = _checks.new_empty(q.shape[:3], torch.float32, q.device)
+    rows = forward.TILE_ROWS if DQ_ROWS is None else DQ_ROWS
+    block_g, block_t, prec = tile_config(dims.G, q.dtype, rows)
+    lists, counts, flags = tile_loop_args(block_idx, block_size, block_t)
+    launch(
+        _sel_bwd_dq_kernel, (triton.cdiv(dims.T, block_t), dims.B * dims.Hkv),
+        q, k, v, block_idx, lists, counts, o, do, lse, delta, dq,
+        dims.T, dims.NB, dims.Hq, dims.G, qk_scale, dims.scale,
+        S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
+        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **flags,
+        num_warps=DQ_WARPS, num_stages=DQ_STAGES,
+    )  # fmt: skip
+    return dq, delta
+
+
+def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, dims, qk_scale):
+    """Run the dk/dv kernels over the inverted index; returns (dk, dv)."""
+    dk = _checks.new_empty(k.shape, k.dtype, k.device)
+    dv = _checks.new_empty(v.shape, v.dtype, v.device)
+    block_g, _, prec = tile_config(dims.G, q.dtype, 1)
+    row_ptr, col = invert_block_idx(block_idx, block_size)
+    block_q = max(1, DKDV_ROWS // block_g)
+    seg_len = block_q * SEGMENT_CHUNKS
+    seg_block, seg_start, part_start, n_part = split_long_lists(row_ptr, seg_len, dims.T * dims.S)
+    BH = dims.B * dims.Hkv
+    part = _checks.new_empty((BH, n_part, 2, block_size, dims.D), torch.float32, q.device)
+    launch(
+        _sel_bwd_dkdv_kernel, (seg_block.shape[1], BH),
+        q, k, v, do, lse, delta, row_ptr, col, seg_block, seg_start, part_start, part, dk, dv,
+        dims.T, dims.NB, seg_block.shape[1], n_part, seg_len, dims.Hq, dims.G, qk_scale,
+        dims.scale, S=dims.S, D=dims.D, BS=block_size, BLOCK_Q=block_q, BLOCK_G=block_g,
+        PREC=prec, FOR_LOOP=forward.use_for_loop(), num_warps=DKDV_WARPS,
+        num_stages=DKDV_STAGES,
+    )  # fmt: skip
+    _sel_bwd_reduce_kernel[(dims.NB, BH)](
+        seg_start, part_start, part, dk, dv, dims.T, dims.NB, n_part, dims.scale,
+        D=dims.D, BS=block_size, num_warps=4,
+    )  # fmt: skip
+    return dk, dv
 
 
 def selection_backward_triton(q, k, v, block_idx, block_size, do, o, lse=None, scale=None):
@@ -257,32 +381,7 @@ def selection_backward_triton(q, k, v, block_idx, block_size, do, o, lse=None, s
     dims = _checks.check_backward_args(q, k, v, block_idx, block_size, do, o, lse, scale)
     if lse is None:
         _, lse = selection_forward_triton(q, k, v, block_idx, block_size, scale, return_lse=True)
-    dq = _checks.new_empty(q.shape, q.dtype, q.device)
-    dk = _checks.new_empty(k.shape, k.dtype, k.device)
-    dv = _checks.new_empty(v.shape, v.dtype, v.device)
-    delta = _checks.new_empty(q.shape[:3], torch.float32, q.device)
-    block_g, block_t, prec = tile_config(dims.G, q.dtype)
     qk_scale = dims.scale * LOG2E
-    common = dict(S=dims.S, D=dims.D, BS=block_size, BLOCK_G=block_g, PREC=prec)
-    common["num_warps"] = forward.NUM_WARPS
-    _sel_bwd_dq_kernel[(triton.cdiv(dims.T, block_t), dims.B * dims.Hkv)](
-        q, k, v, block_idx, o, do, lse, delta, dq,
-        dims.T, dims.NB, dims.Hq, dims.G, qk_scale, dims.scale,
-        S_PAD=triton.next_power_of_2(dims.S), BLOCK_T=block_t, **common,
-    )  # fmt: skip
-    row_ptr, col = invert_block_idx(block_idx, block_size)
-    block_q = max(1, DKDV_ROWS // block_g)
-    seg_len = block_q * SEGMENT_CHUNKS
-    seg_block, seg_start, part_start, n_part = split_long_lists(row_ptr, seg_len, dims.T * dims.S)
-    BH = dims.B * dims.Hkv
-    part = _checks.new_empty((BH, n_part, 2, block_size, dims.D), torch.float32, q.device)
-    _sel_bwd_dkdv_kernel[(seg_block.shape[1], BH)](
-        q, k, v, do, lse, delta, row_ptr, col, seg_block, seg_start, part_start, part, dk, dv,
-        dims.T, dims.NB, seg_block.shape[1], n_part, seg_len, dims.Hq, dims.G, qk_scale,
-        dims.scale, BLOCK_Q=block_q, **common,
-    )  # fmt: skip
-    _sel_bwd_reduce_kernel[(dims.NB, BH)](
-        seg_start, part_start, part, dk, dv, dims.T, dims.NB, n_part, dims.scale,
-        D=dims.D, BS=block_size, num_warps=4,
-    )  # fmt: skip
+    dq, delta = _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale)
+    dk, dv = _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, dims, qk_scale)
     return dq, dk, dv

@@ -3,21 +3,30 @@
 Design: one program per (tile of BLOCK_T consecutive query positions, b, kv head). The
 program stacks the G query heads of its BLOCK_T tokens into one [BLOCK_T * BLOCK_G, D] tile
 (BLOCK_G = next_pow2(G), padding rows masked), so even G = 1..8 fills the 16 rows a tensor-core
-tile needs with real queries instead of padding. BLOCK_T = max(1, TILE_ROWS // BLOCK_G) with
-TILE_ROWS = 16 by default: G >= 16 gives one token per program.
+tile needs with real queries instead of padding. BLOCK_T = max(1, TILE_ROWS // BLOCK_G).
 
-The program walks the (token, slot) pairs of its tile. Each kept block j that no earlier pair
-of the tile has already produced is loaded once ([block_size, D] of K and V) and multiplied by
-the whole query tile; rows whose token did not select j, and keys after a row's position, are
-masked to -inf. Neighbouring tokens often share blocks (always, for the 'recent' pattern), so
-a shared block costs one K/V load and one dot for the whole tile; in the worst case (no
-sharing) the work equals that of a per-token kernel. The softmax is the online (running max)
-form in fp32 over the visited blocks, in base 2; o is written in the input dtype and
-lse = log(sum exp(s)) in fp32, natural log, -inf (with o = 0) for rows with no visible key.
+Each kept block that any token of the tile selected is loaded once ([block_size, D] of K and
+V) and multiplied by the whole query tile; rows whose token did not select it, and keys after
+a row's position, are masked to -inf. Neighbouring tokens often share blocks (always, for the
+'recent' pattern), so a shared block costs one K/V load and one dot for the whole tile; in the
+worst case (no sharing) the work equals that of a per-token kernel. The softmax is the online
+(running max) form in fp32 over the visited blocks, in base 2; o is written in the input dtype
+and lse = log(sum exp(s)) in fp32, natural log, -inf (with o = 0) for rows with no visible key.
+
+How a tile finds its blocks (knob TILE_LOOP):
+* "list" (default): a small kernel first writes, per tile, the sorted distinct kept blocks of
+  its BLOCK_T * S slots and their count (`tile_block_lists`). The attention loop then runs
+  over real blocks only, with no branch, so Triton can software-pipeline its K/V loads
+  (NUM_STAGES) across iterations.
+* "pairs": the loop walks all BLOCK_T * S (token, slot) pairs, loads each id, skips the pair
+  when an earlier pair of the tile produced the same block, and branches on the result. No
+  side buffer, but a serial, unpipelined loop; kept to compare against.
 
 fp32 inputs use tl.dot with input_precision="ieee" so results match the fp32 reference to
 about 1e-5 on the GPU as well as in the interpreter.
 """
+
+import os
 
 import torch
 import triton
@@ -27,6 +36,32 @@ from . import _checks
 
 LOG2E = 1.4426950408889634
 LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
+
+# Tuning knobs, read at call time: query rows (tokens x padded group) per forward program,
+# warps and software-pipeline stages per program, and how a tile finds its blocks. More rows
+# share more K/V loads when neighbouring tokens pick the same blocks ('recent'), but visit more
+# blocks per program when they do not ('random').
+TILE_ROWS = 64
+NUM_WARPS = 4
+# None: by the tile's shape, from the H200 sweep in docs/perf/nsa.md (v2): one stage when a
+# tile holds several tokens (G < 16: 0.56 vs 0.63 ms at the seed shape, T=32768, recent),
+# three when it holds one token of 16+ heads (4.0 vs 4.5 ms at the paper shape, T=65536).
+NUM_STAGES = None
+TILE_LOOP = "list"
+TILE_LOOPS = ("list", "pairs")
+
+
+def forward_stages(block_t):
+    """Software-pipeline stages of the forward for a tile of `block_t` tokens."""
+    if NUM_STAGES is not None:
+        return NUM_STAGES
+    return 1 if block_t > 1 else 3
+
+
+def use_for_loop():
+    """Whether loops over a loaded trip count are `for` loops (compiled: pipelined) or
+    `while` loops (the interpreter cannot run `range` over a loaded bound with numpy 2)."""
+    return os.environ.get("TRITON_INTERPRET") != "1"
 
 
 @triton.jit
@@ -40,35 +75,118 @@ def _tile_rows(pid_t, T, G, BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr):
 
 
 @triton.jit
+def _kept(j, t, T, NB, BS: tl.constexpr):
+    """The slot rule: block j is used by query t when 0 <= j < NB and j * BS <= t. Tested in
+    the index dtype (int64 ids beyond int32 must not wrap into range)."""
+    return (t < T) & (j >= 0) & (j < NB) & (j * BS <= t)
+
+
+@triton.jit
 def _tile_slots(p_idx, i_t, T, NB, S: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr):
     """[rows, S_PAD] kept block ids of each row's token (-1 where the slot is dropped),
-    and the flat (token-in-tile, slot) order used to skip blocks already visited."""
+    and the slot numbers."""
     i_s = tl.arange(0, S_PAD)
     mask = (i_t < T)[:, None] & (i_s < S)[None, :]
     b_j = tl.load(p_idx + i_t.to(tl.int64)[:, None] * S + i_s[None, :], mask=mask, other=-1)
-    # Tested in the index dtype (int64 ids beyond int32 must not wrap into range), then narrowed.
-    keep = (b_j >= 0) & (b_j < NB) & (b_j * BS <= i_t[:, None])
+    keep = _kept(b_j, i_t[:, None], T, NB, BS)
     return tl.where(keep, b_j, -1).to(tl.int32), i_s
 
 
 @triton.jit
 def _next_block(p_idx, f, t0, T, NB, b_j, i_flat, S: tl.constexpr, BS: tl.constexpr):
-    """Block of pair f = (token t0 + f // S, slot f % S) and whether the tile must visit it:
-    kept for its token and not produced by an earlier pair (so each block is visited once)."""
+    """("pairs" loop) Block of pair f = (token t0 + f // S, slot f % S) and whether the tile
+    must visit it: kept for its token and not produced by an earlier pair."""
     t = t0 + f // S
     j = tl.load(p_idx + t.to(tl.int64) * S + f % S, mask=t < T, other=-1)
-    keep = (t < T) & (j >= 0) & (j < NB) & (j * BS <= t)
+    keep = _kept(j, t, T, NB, BS)
     j = tl.where(keep, j, -1).to(tl.int32)
     seen = tl.sum(((b_j == j) & (i_flat < f)).to(tl.int32)) > 0
     return j, keep & (~seen)
 
 
 @triton.jit
+def _tile_list_kernel(
+    IDX, LIST, COUNT, T, NB, N_TILES,
+    S: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, L_PAD: tl.constexpr,
+):  # fmt: skip
+    """LIST[bh, tile, :count] = sorted distinct kept blocks of the tile's BLOCK_T * S slots;
+    COUNT[bh, tile] = count. Entries past count are left unwritten (never read)."""
+    pid_t = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_e = tl.arange(0, L_PAD)
+    i_t = pid_t * BLOCK_T + i_e // S
+    ok = (i_e < BLOCK_T * S) & (i_t < T)
+    p_idx = IDX + i_bh.to(tl.int64) * T * S + pid_t * BLOCK_T * S
+    b_j = tl.load(p_idx + i_e, mask=ok, other=-1)
+    # Dropped slots sort last as NB; after sorting, a block's first copy is the one that
+    # differs from its left neighbour, and a prefix sum of those flags is its output slot.
+    b_j = tl.sort(tl.where(ok & _kept(b_j, i_t, T, NB, BS), b_j, NB).to(tl.int32))
+    prev = tl.gather(b_j, tl.maximum(i_e - 1, 0), 0)
+    first = ((i_e == 0) | (b_j != prev)) & (b_j < NB)
+    pos = tl.cumsum(first.to(tl.int32), 0) - 1
+    o_tile = i_bh.to(tl.int64) * N_TILES + pid_t
+    tl.store(LIST + o_tile * BLOCK_T * S + pos, b_j, mask=first)
+    tl.store(COUNT + o_tile, tl.sum(first.to(tl.int32), 0))
+
+
+def tile_block_lists(block_idx, block_size, block_t):
+    """Per tile of block_t consecutive tokens, the distinct kept blocks its tokens selected.
+
+    Args:
+        block_idx: [B, Hkv, T, S] int32/int64, contiguous.
+        block_size: keys per block.
+        block_t: tokens per tile.
+    Returns:
+        lists: int32 [B * Hkv, n_tiles, block_t * S]; row [bh, i] holds, ascending, the
+            count[bh, i] distinct blocks kept by any token of tile i (entries after that are
+            unspecified); n_tiles = ceil(T / block_t).
+        counts: int32 [B * Hkv, n_tiles].
+    One kernel launch, no host sync.
+    """
+    B, Hkv, T, S = block_idx.shape
+    n_tiles = triton.cdiv(T, block_t)
+    lists = torch.empty(B * Hkv, n_tiles, block_t * S, dtype=torch.int32, device=block_idx.device)
+    counts = torch.empty(B * Hkv, n_tiles, dtype=torch.int32, device=block_idx.device)
+    _tile_list_kernel[(n_tiles, B * Hkv)](
+        block_idx, lists, counts, T, triton.cdiv(T, block_size), n_tiles,
+        S=S, BS=block_size, BLOCK_T=block_t, L_PAD=triton.next_power_of_2(block_t * S),
+        num_warps=4,
+    )  # fmt: skip
+    return lists, counts
+
+
+@triton.jit
+def _attend_block(
+    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, T, qk_scale,
+    D: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """One online-softmax step of the tile over key block j; returns the new (m, l, acc)."""
+    i_d = tl.arange(0, D)
+    i_k = j * BS + tl.arange(0, BS)
+    k_ok = (i_k < T)[:, None]
+    b_k = tl.load(K + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
+    b_v = tl.load(V + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
+    # Rows whose token selected j (row_ok folds in padding rows), keys up to t.
+    sel = (tl.sum((b_j == j).to(tl.int32), axis=1) > 0) & row_ok
+    vis = sel[:, None] & (i_k[None, :] <= i_t[:, None])
+    b_s = tl.dot(b_q, tl.trans(b_k), input_precision=PREC) * qk_scale
+    b_s = tl.where(vis, b_s, float("-inf"))
+    m_new = tl.maximum(b_m, tl.max(b_s, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows still empty
+    alpha = tl.exp2(b_m - m_safe)
+    b_p = tl.exp2(b_s - m_safe[:, None])
+    b_l = b_l * alpha + tl.sum(b_p, axis=1)
+    b_acc = b_acc * alpha[:, None] + tl.dot(b_p.to(b_v.dtype), b_v, input_precision=PREC)
+    return m_new, b_l, b_acc
+
+
+@triton.jit
 def _sel_fwd_kernel(
-    Q, K, V, IDX, O, LSE,
+    Q, K, V, IDX, LIST, COUNT, O, LSE,
     T, NB, Hq, G, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
+    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr,
 ):  # fmt: skip
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)  # b * Hkv + kv head
@@ -83,30 +201,39 @@ def _sel_fwd_kernel(
     p_kv = i_bh.to(tl.int64) * T * D
     b_q = tl.load(Q + o_row[:, None] + i_d[None, :], mask=row_ok[:, None], other=0.0)
     b_j, i_s = _tile_slots(p_idx, i_t, T, NB, S, BS, S_PAD)
-    i_flat = ((i_t - pid_t * BLOCK_T) * S)[:, None] + i_s[None, :]
 
     b_m = tl.full([BLOCK_T * BLOCK_G], float("-inf"), tl.float32)
     b_l = tl.zeros([BLOCK_T * BLOCK_G], tl.float32)
     b_acc = tl.zeros([BLOCK_T * BLOCK_G, D], tl.float32)
-    for f in range(0, BLOCK_T * S):
-        j, visit = _next_block(p_idx, f, pid_t * BLOCK_T, T, NB, b_j, i_flat, S, BS)
-        if visit:
-            i_k = j * BS + tl.arange(0, BS)
-            k_ok = (i_k < T)[:, None]
-            b_k = tl.load(K + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
-            b_v = tl.load(V + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
-            # Rows whose token selected j (row_ok folds in padding rows), keys up to t.
-            sel = (tl.sum((b_j == j).to(tl.int32), axis=1) > 0) & row_ok
-            vis = sel[:, None] & (i_k[None, :] <= i_t[:, None])
-            b_s = tl.dot(b_q, tl.trans(b_k), input_precision=PREC) * qk_scale
-            b_s = tl.where(vis, b_s, float("-inf"))
-            m_new = tl.maximum(b_m, tl.max(b_s, axis=1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows still empty
-            alpha = tl.exp2(b_m - m_safe)
-            b_p = tl.exp2(b_s - m_safe[:, None])
-            b_l = b_l * alpha + tl.sum(b_p, axis=1)
-            b_acc = b_acc * alpha[:, None] + tl.dot(b_p.to(b_v.dtype), b_v, input_precision=PREC)
-            b_m = m_new
+    if USE_LIST:
+        o_tile = i_bh.to(tl.int64) * tl.num_programs(0) + pid_t
+        p_list = LIST + o_tile * BLOCK_T * S
+        n = tl.load(COUNT + o_tile)
+        if FOR_LOOP:
+            for i in range(0, n):
+                j = tl.load(p_list + i)
+                b_m, b_l, b_acc = _attend_block(
+                    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, T, qk_scale,
+                    D, BS, PREC,
+                )  # fmt: skip
+        else:
+            i = 0
+            while i < n:
+                j = tl.load(p_list + i)
+                b_m, b_l, b_acc = _attend_block(
+                    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, T, qk_scale,
+                    D, BS, PREC,
+                )  # fmt: skip
+                i += 1
+    else:
+        i_flat = ((i_t - pid_t * BLOCK_T) * S)[:, None] + i_s[None, :]
+        for f in range(0, BLOCK_T * S):
+            j, visit = _next_block(p_idx, f, pid_t * BLOCK_T, T, NB, b_j, i_flat, S, BS)
+            if visit:
+                b_m, b_l, b_acc = _attend_block(
+                    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, T, qk_scale,
+                    D, BS, PREC,
+                )  # fmt: skip
     has_key = b_l > 0
     b_o = b_acc / tl.where(has_key, b_l, 1.0)[:, None]
     b_lse = (b_m + tl.log2(tl.where(has_key, b_l, 1.0))) * LN2
@@ -115,19 +242,35 @@ def _sel_fwd_kernel(
     tl.store(LSE + o_row // D, b_lse, mask=row_ok)
 
 
-# Tuning knobs, read at call time: query rows (tokens x padded group) per forward/dq program,
-# and warps per program. More rows share more K/V loads when neighbouring tokens pick the
-# same blocks ('recent'), but visit more blocks per program when they do not ('random').
-TILE_ROWS = 16
-NUM_WARPS = 4
+def launch(kernel, grid, *args, num_stages, **kwargs):
+    """kernel[grid](*args, ...) with num_stages software-pipeline stages, or fewer when their
+    shared memory does not fit (large D and block_size): that check fails when the kernel is
+    loaded, before anything runs, so retrying is safe."""
+    while True:
+        try:
+            return kernel[grid](*args, num_stages=num_stages, **kwargs)
+        except triton.runtime.errors.OutOfResources:
+            if num_stages <= 1:
+                raise
+            num_stages -= 1
 
 
-def tile_config(G, dtype):
-    """(BLOCK_G, BLOCK_T, dot precision) shared by the forward and the dq kernel."""
+def tile_config(G, dtype, rows):
+    """(BLOCK_G, BLOCK_T, dot precision) for a forward/dq tile of about `rows` query rows."""
     block_g = triton.next_power_of_2(G)
-    block_t = max(1, TILE_ROWS // block_g)
+    block_t = max(1, rows // block_g)
     prec = "ieee" if dtype == torch.float32 else "tf32"
     return block_g, block_t, prec
+
+
+def tile_loop_args(block_idx, block_size, block_t):
+    """Kernel arguments that pick the loop: (LIST, COUNT, constexpr flags) for TILE_LOOP."""
+    if TILE_LOOP not in TILE_LOOPS:
+        raise ValueError(f"TILE_LOOP must be one of {TILE_LOOPS}, got {TILE_LOOP!r}")
+    flags = dict(USE_LIST=TILE_LOOP == "list", FOR_LOOP=use_for_loop())
+    if TILE_LOOP == "list":
+        return (*tile_block_lists(block_idx, block_size, block_t), flags)
+    return block_idx, block_idx, flags  # unused pointers
 
 
 def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_lse=False):
@@ -149,12 +292,14 @@ def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_
     dims = _checks.check_forward_args(q, k, v, block_idx, block_size, scale)
     o = _checks.new_empty(q.shape, q.dtype, q.device)
     lse = _checks.new_empty(q.shape[:3], torch.float32, q.device)
-    block_g, block_t, prec = tile_config(dims.G, q.dtype)
+    block_g, block_t, prec = tile_config(dims.G, q.dtype, TILE_ROWS)
+    lists, counts, flags = tile_loop_args(block_idx, block_size, block_t)
     grid = (triton.cdiv(dims.T, block_t), dims.B * dims.Hkv)
-    _sel_fwd_kernel[grid](
-        q, k, v, block_idx, o, lse,
+    launch(
+        _sel_fwd_kernel, grid, q, k, v, block_idx, lists, counts, o, lse,
         dims.T, dims.NB, dims.Hq, dims.G, dims.scale * LOG2E,
         S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
-        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, num_warps=NUM_WARPS,
+        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **flags,
+        num_warps=NUM_WARPS, num_stages=forward_stages(block_t),
     )  # fmt: skip
     return (o, lse) if return_lse else o

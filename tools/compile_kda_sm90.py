@@ -1,0 +1,139 @@
+"""Compile the KDA verify kernels for an H200 (sm_90) without a GPU: registers, spills, smem.
+
+    .venv/bin/python tools/compile_kda_sm90.py [--modes fused ...] [--block-v 4 16] [--warps 1 4]
+
+Every call goes through the public wrappers with CPU tensors (bf16 inputs, the seed's
+shape), as the benchmark calls them; a stand-in driver reports an sm_90 target, and each
+kernel launch is replaced by Triton's `warmup`, which specializes the arguments like a real
+launch, compiles down to a cubin with ptxas and runs nothing. cuobjdump then reports the
+registers per thread, local memory (spills of the state tile show up here) and shared
+memory of each (mode, BLOCK_V, num_warps). A compile error here would be one on the GPU.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+class _Sm90Driver:
+    """Just enough of a driver for Triton's JIT to compile for an H200."""
+
+    def get_current_target(self):
+        return GPUTarget("cuda", 90, 32)
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+
+class _Capture:
+    """Stands in for a kernel: `kernel[grid](...)` compiles (warmup) and records the result."""
+
+    def __init__(self, fn, out):
+        self.fn, self.out = fn, out
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.out.append(
+                (
+                    self.fn.fn.__name__,
+                    kwargs.get("num_warps"),
+                    self.fn.warmup(*args, grid=grid, **kwargs),
+                )
+            )
+
+        return launch
+
+
+def resources(compiled):
+    """REG / LOCAL / SHARED of a compiled kernel, from cuobjdump on its cubin."""
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        text = subprocess.run(
+            [tool, "--dump-resource-usage", f.name], capture_output=True, text=True
+        ).stdout
+    line = next(ln for ln in text.splitlines() if "REG:" in ln)
+    return {
+        kv.split(":")[0]: int(kv.split(":")[1])
+        for kv in line.split()
+        if kv.split(":")[0] in ("REG", "LOCAL", "SHARED", "STACK")
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument(
+        "--modes", nargs="+", default=["fused", "fused+ring", "unfused", "unfused+ring"]
+    )
+    ap.add_argument("--block-v", type=int, nargs="+", default=[4, 8, 16, 32])
+    ap.add_argument("--warps", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--hv", type=int, default=8)
+    ap.add_argument("--safe-gate", action="store_true")
+    args = ap.parse_args()
+
+    triton.runtime.driver.set_active(_Sm90Driver())
+    import gpu_check_kda as chk  # noqa: I001  (imports kernels without the interpreter)
+    import kernels.kda.conv as conv_mod
+    import kernels.kda.fused_verify as fused_mod
+    import kernels.kda.recurrent as rec_mod
+
+    os.environ["TRITON_INTERPRET"] = (
+        "1"  # lets the wrappers accept CPU tensors; kernels stay compiled
+    )
+    chk.DEV, chk.DT = "cpu", torch.bfloat16
+    compiled = []
+    for mod, name in (
+        (fused_mod, "_fused_verify_kernel"),
+        (rec_mod, "_recurrent_verify_kernel"),
+        (conv_mod, "_causal_conv1d_update_kernel"),
+    ):
+        setattr(mod, name, _Capture(getattr(mod, name), compiled))
+    B, lb = 2, (-5.0 if args.safe_gate else None)
+    s = chk.make_set(B, args.hv, seed=0)
+    head = ("mode", "BV", "warps", "kernel", "REG", "LOCAL", "SHARED", "s")
+    fmt = "{:>13} {:>3} {:>5} {:>30} {:>4} {:>6} {:>7} {:>5}"
+    print(fmt.format(*head))
+    n_bad = 0
+    for mode in args.modes:
+        for bv in args.block_v:
+            for nw in args.warps:
+                fused_mod.KDA_VERIFY_BLOCK_V = rec_mod.RECURRENT_BLOCK_V = bv
+                fused_mod.KDA_VERIFY_NUM_WARPS = rec_mod.RECURRENT_NUM_WARPS = nw
+                compiled.clear()
+                t0 = time.time()
+                try:
+                    chk.runner(mode, s, B, args.hv, lb)()
+                except Exception as e:  # report and go on
+                    n_bad += 1
+                    print(f"{mode:>13} {bv:>3} {nw:>5}  COMPILE ERROR {e!r}"[:400])
+                    continue
+                for kname, warps, ck in compiled:
+                    if kname == "_causal_conv1d_update_kernel" and (bv, nw) != (
+                        args.block_v[0],
+                        args.warps[0],
+                    ):
+                        continue  # the conv kernel does not depend on the tile
+                    r = resources(ck)
+                    took = f"{time.time() - t0:.1f}"
+                    print(
+                        fmt.format(mode, bv, warps, kname, r["REG"], r["LOCAL"], r["SHARED"], took)
+                    )
+                    n_bad += r["LOCAL"] > 0
+    print(f"{n_bad} compile errors or kernels with local memory (spills)")
+
+
+if __name__ == "__main__":
+    main()
