@@ -1,0 +1,323 @@
+"""Shared machinery of the asv suite: mode switches, grids, device-side timing, VRAM, OOM.
+
+Modes (read once, at import, from the environment; asv passes the environment through
+to every benchmark process):
+
+    ATTNBENCH_SMOKE=1      tiny sizes on the CPU through Triton's interpreter (fp32, host
+                           timers). Default when no NVIDIA GPU is visible; =0 forces GPU mode.
+    ATTNBENCH_SUITE=nightly  the full parameter grids (default: a subset that fits the
+                           per-commit budget of the PR gate).
+
+Nothing here touches CUDA at import time or in parameter lists: with asv's `forkserver`
+launch method the modules are imported once in a server process that then forks one child
+per benchmark, and a CUDA driver initialized before a fork is unusable in the child. GPU
+presence is therefore read from the device nodes, never from `torch.cuda`.
+"""
+
+import functools
+import math
+import os
+import statistics
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+
+def _gpu_visible():
+    """An NVIDIA GPU is visible to this process (checked without initializing CUDA)."""
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None and cvd.strip() in ("", "-1"):
+        return False
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+def _smoke_from_env():
+    flag = os.environ.get("ATTNBENCH_SMOKE", "").strip().lower()
+    if flag in ("1", "true", "yes", "on"):
+        return True
+    if flag in ("0", "false", "no", "off"):
+        return False
+    return not _gpu_visible()
+
+
+SMOKE = _smoke_from_env()
+NIGHTLY = os.environ.get("ATTNBENCH_SUITE", "default").strip().lower() == "nightly"
+
+# Triton reads TRITON_INTERPRET when a kernel is decorated, so it is set before `kernels`
+# is imported anywhere. On the GPU, autotuning choices are cached on disk (keyed by the
+# kernel's source), so every benchmark process of a commit runs the same configuration.
+if SMOKE:
+    os.environ["TRITON_INTERPRET"] = "1"
+else:
+    os.environ.setdefault("TRITON_CACHE_AUTOTUNING", "1")
+
+import torch  # noqa: E402  (after the Triton switches above)
+
+DEVICE = "cpu" if SMOKE else "cuda"
+# The interpreter is wrong for bf16 (it computes on the raw bits), so smoke runs fp32.
+DTYPE = torch.float32 if SMOKE else torch.bfloat16
+# Relative-error bounds of the correctness checks, by dtype.
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 2e-2}
+
+# Per-process VRAM cap, as in the seed benchmarks: the dense reference's OOM is data.
+MEMORY_FRACTION = 0.70
+# Timing: samples per process, and the device time each sample covers (the number of graph
+# replays is calibrated to it). asv's Mann-Whitney U test needs p < 0.002 (two-sided): with
+# 6 samples a side even a complete separation gives p = 2/924 = 0.0022, never significant;
+# 7 is the least that can flag a change, 8 tolerates one overlapping pair.
+SAMPLES = 8 if SMOKE else 10
+# Derived figures (tokens/s, TFLOP/s, % of matmul) take the median of fewer samples.
+DERIVED_SAMPLES = 3 if SMOKE else 5
+SAMPLE_SECONDS = 0.005 if SMOKE else 0.025
+# The interpreter has nothing to compile, and smoke calls are slow: no warm-up there.
+WARMUP_CALLS = 0 if SMOKE else 3
+
+MODE_NAME = "smoke" if SMOKE else ("nightly" if NIGHTLY else "default")
+
+
+def grid(default, nightly=None, smoke=None):
+    """The values of one parameter axis for the active mode."""
+    if SMOKE:
+        return list(smoke if smoke is not None else default[:1])
+    if NIGHTLY and nightly is not None:
+        return list(nightly)
+    return list(default)
+
+
+def require_device():
+    """Skip (NotImplementedError) without a GPU unless smoke mode is on; cap VRAM on a GPU."""
+    if SMOKE:
+        return
+    if not torch.cuda.is_available():
+        raise NotImplementedError("needs a CUDA GPU (or ATTNBENCH_SMOKE=1 for the CPU smoke run)")
+    torch.cuda.set_per_process_memory_fraction(MEMORY_FRACTION)
+
+
+def load_api(module, *names):
+    """Import `names` from `module`; a commit that lacks them skips the benchmark."""
+    import importlib
+
+    try:
+        mod = importlib.import_module(module)
+        return SimpleNamespace(module=mod, **{n: getattr(mod, n) for n in names})
+    except (ImportError, AttributeError) as exc:
+        raise NotImplementedError(f"{module} lacks the benchmarked API: {exc}") from exc
+
+
+def preimport(module):
+    """Import a kernel package at suite import, so asv's forkserver loads it once for all
+    children (kernel modules touch no CUDA at import). A failure is ignored here and
+    reported by the benchmarks' setup (load_api)."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except Exception:  # surfaces again, per benchmark, in setup
+        pass
+
+
+def generator(seed):
+    """A seeded generator on the benchmark device (inputs are identical across commits)."""
+    return torch.Generator(device=DEVICE).manual_seed(seed)
+
+
+def randn(gen, *shape, dtype=None, scale=1.0):
+    x = torch.randn(*shape, generator=gen, device=DEVICE, dtype=torch.float32) * scale
+    return x.to(dtype or DTYPE)
+
+
+def rel_err(got, ref):
+    """||got - ref|| / ||ref|| over the whole tensor, in fp64."""
+    got, ref = got.detach().double(), ref.detach().double()
+    norm = torch.linalg.vector_norm
+    return (norm(got - ref) / norm(ref).clamp_min(1e-30)).item()
+
+
+def check_close(what, got, ref, dtype=None):
+    """Raise when a kernel result differs from its reference: no fast number for a wrong kernel."""
+    tol = TOLERANCE[dtype or DTYPE]
+    err = rel_err(got, ref)
+    if not err <= tol:  # also catches NaN
+        raise AssertionError(f"{what}: relative error {err:.3g} > {tol:g} against the reference")
+
+
+def synchronize():
+    if not SMOKE:
+        torch.cuda.synchronize()
+
+
+OOM_ERRORS = (torch.OutOfMemoryError, MemoryError)
+
+
+def free_memory():
+    if not SMOKE:
+        torch.cuda.empty_cache()
+
+
+def oom_as_nan(method):
+    """A benchmark method that records NaN (asv: n/a) after an out-of-memory error.
+
+    Setup may already have hit the OOM (it sets `self.oom`); the method then reports NaN
+    without trying again. An OOM is a measurement, not a failure: the sweep goes on.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self, *params):
+        if getattr(self, "oom", False):
+            return math.nan
+        try:
+            return method(self, *params)
+        except OOM_ERRORS:
+            self.oom = True
+            free_memory()
+            return math.nan
+
+    return wrapper
+
+
+def metric(unit):
+    """Declare a track_* method's unit (and wrap it so an OOM records NaN)."""
+
+    def decorate(method):
+        wrapped = oom_as_nan(method)
+        wrapped.unit = unit
+        return wrapped
+
+    return decorate
+
+
+def per_call_seconds(fns, calls, graph=True, samples=SAMPLES):
+    """Per-call time samples (seconds) of `calls` consecutive calls, as a list of `samples`.
+
+    `fns` is a list of zero-argument callables; call i runs fns[i % len(fns)] (one callable
+    for seed-style timing on the same buffers; several for "cold" timing over disjoint
+    buffer sets). Warm-up calls (JIT compile, autotune, allocator) come first and are not
+    timed.
+
+    GPU: the calls are captured in one CUDA graph (graph=False: plain back-to-back
+    launches, for code that cannot be captured, such as autograd) and replayed enough times
+    that one sample covers about SAMPLE_SECONDS of device time, between two CUDA events.
+    Each sample is the elapsed time divided by the number of calls it covers.
+    Smoke: the same schedule timed with the host clock.
+    """
+    seq = [fns[i % len(fns)] for i in range(calls)]
+
+    def run_all():
+        for f in seq:
+            f()
+
+    for f in fns:
+        for _ in range(WARMUP_CALLS):
+            f()
+    if SMOKE:
+        return _host_samples(run_all, calls, samples)
+    torch.cuda.synchronize()
+    run = run_all
+    if graph:
+        cuda_graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(cuda_graph):
+            run_all()
+        run = cuda_graph.replay
+    return _event_samples(run, calls, samples)
+
+
+def _host_samples(run, calls, count):
+    samples = []
+    for _ in range(count):
+        n, t0 = 0, time.perf_counter()
+        while True:
+            run()
+            n += 1
+            elapsed = time.perf_counter() - t0
+            if elapsed >= SAMPLE_SECONDS:
+                break
+        samples.append(elapsed / (n * calls))
+    return samples
+
+
+def _event_samples(run, calls, count):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def timed(reps):
+        start.record()
+        for _ in range(reps):
+            run()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e-3
+
+    once = timed(1)
+    reps = max(1, min(1000, math.ceil(SAMPLE_SECONDS / max(once, 1e-7))))
+    return [timed(reps) / (reps * calls) for _ in range(count)]
+
+
+def timing_result(samples):
+    """asv's internal timing format for a track_* method (median, CI, Mann-Whitney U).
+
+    This relies on asv 0.6.6 / asv_runner 0.3.2, which are pinned.
+    """
+    return {"samples": [float(s) for s in samples], "number": 1}
+
+
+def median(samples):
+    return statistics.median(samples)
+
+
+def _host_hwm_bytes():
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("no VmHWM in /proc/self/status")
+
+
+def peak_bytes(fn):
+    """Peak memory over one call of `fn` with its inputs resident.
+
+    GPU: torch.cuda.max_memory_allocated() after reset_peak_memory_stats(); every benchmark
+    runs in its own process, so nothing from another benchmark is counted. Smoke: the
+    process's resident-set high-water mark (reset through /proc/self/clear_refs), a host
+    figure that only exercises the plumbing; NaN where the kernel does not allow the reset.
+    """
+    if not SMOKE:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        torch.cuda.synchronize()
+        return int(torch.cuda.max_memory_allocated())
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        fn()
+        return _host_hwm_bytes()
+    except OSError:
+        return math.nan
+
+
+def matmul_tflops():
+    """Dense matmul rate of this device now (TFLOP/s): bf16 8192^3 on a GPU, fp32 256^3 in smoke."""
+    n = 256 if SMOKE else 8192
+    gen = generator(1)
+    a, b = randn(gen, n, n), randn(gen, n, n)
+    out = torch.empty(n, n, device=DEVICE, dtype=DTYPE)
+    fn = lambda: torch.matmul(a, b, out=out)
+    samples = per_call_seconds([fn], calls=4, samples=DERIVED_SAMPLES)
+    return 2 * n**3 / median(samples) / 1e12
+
+
+class Matmul:
+    """The dense bf16 matmul ceiling, measured in the same run on the same machine.
+
+    Displayed beside the kernels' TFLOP/s (their `track_pct_of_matmul` is relative to a
+    matmul measured in their own process); higher is better here, so it is not gated.
+    """
+
+    version = "1"
+    timeout = 120
+
+    def setup(self):
+        require_device()
+
+    @metric("TFLOP/s")
+    def track_bf16_tflops(self):
+        return matmul_tflops()

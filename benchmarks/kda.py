@@ -1,0 +1,239 @@
+"""KDA chain-verify: one layer's verify of T draft tokens, four ways, timed in CUDA graphs.
+
+Modes (see the KDA spec): `unfused` (causal_conv1d_update, then the recurrent kernel, with
+per-step state snapshots), `unfused+ring` (same kernels, replay ring), `fused` and
+`fused+ring` (one kernel). Each sample is the per-call time of a CUDA graph of 10 captured
+calls, in two variants: seed-style (the same buffers every call, so at large batch the
+working set can sit in L2) and cold (the 10 calls rotate over disjoint buffer sets, so no
+call finds its state in L2; speed targets are stated on this one).
+
+Before timing, each process checks its mode's output against the PyTorch reference on a
+small batch and, for ring modes, that fused+ring and unfused+ring fill the ring with the
+same bytes (torch.equal); a mismatch raises.
+"""
+
+import torch
+
+from .common import (
+    DEVICE,
+    DTYPE,
+    SMOKE,
+    check_close,
+    generator,
+    grid,
+    load_api,
+    metric,
+    peak_bytes,
+    per_call_seconds,
+    preimport,
+    randn,
+    require_device,
+    timing_result,
+)
+
+preimport("kernels.kda")
+
+MODES = ["unfused", "unfused+ring", "fused", "fused+ring"]
+GATES = {"standard": None, "safe": -5.0}  # the safe gate's lower_bound
+T_DRAFT, CONV_W, RING = (2 if SMOKE else 4), 4, 16
+HEAD_DIM = 16 if SMOKE else 128  # K = V
+GRAPH_CALLS = 1 if SMOKE else 10  # calls per captured graph (the seed's GRAPH_BATCH on a GPU)
+COLD_SETS = 2 if SMOKE else GRAPH_CALLS  # disjoint buffer sets of the cold variant
+CHECK_BATCH, RING_CHECK_BATCH = (1, 1) if SMOKE else (2, 4)
+# heads values name the shape, so smoke results (H=1) can never pass for GPU ones (H=8).
+HEADS = grid(["H8-HV8"], nightly=["H8-HV8", "H8-HV16"], smoke=["H1-HV2"])
+
+
+def parse_heads(heads):
+    """'H8-HV16' -> (8, 16)."""
+    h, hv = heads.split("-")
+    return int(h[1:]), int(hv[2:])
+
+
+def make_inputs(B, H, HV, mode, seed):
+    """One verify's buffers (the seed's layout); only the save buffers the mode writes."""
+    K = V = HEAD_DIM
+    dim, N, lines = 2 * H * K + HV * V, B * T_DRAFT, B + 1
+    gen = generator(seed)
+    f32 = torch.float32
+    x = {
+        "mixed": randn(gen, N, dim, scale=0.5),
+        "w": randn(gen, dim, CONV_W, scale=0.3),
+        "bias": randn(gen, dim, scale=0.1),
+        "a": randn(gen, N, HV * K, scale=0.5),
+        "b": randn(gen, N, HV),
+        "A_log": randn(gen, HV, dtype=f32, scale=0.5),
+        "dt_bias": randn(gen, HV * K, dtype=f32, scale=0.5),
+        # [lines, W-1, dim] storage, used through a [lines, dim, W-1] view (dim stride 1).
+        "conv": randn(gen, lines, CONV_W - 1, dim),
+        "ssm": randn(gen, lines, HV, V, K, dtype=f32, scale=0.2),
+        "win": torch.zeros(lines, T_DRAFT, CONV_W - 1, dim, device=DEVICE, dtype=DTYPE),
+        "idx": torch.arange(B, device=DEVICE, dtype=torch.int32),
+        "cu": torch.arange(B + 1, device=DEVICE, dtype=torch.int32) * T_DRAFT,
+    }
+    if mode.endswith("+ring"):
+        x["rawk"] = randn(gen, lines, H, RING, K)
+        x["rawv"] = randn(gen, lines, HV, RING, V)
+        x["g"] = randn(gen, lines, HV, RING, K, dtype=f32)
+        x["beta"] = randn(gen, lines, HV, RING, dtype=f32)
+    else:
+        x["snap"] = torch.zeros(lines, T_DRAFT, HV, V, K, device=DEVICE, dtype=f32)
+    return x
+
+
+def make_call(api, mode, x, B, H, HV, lower_bound):
+    """A zero-argument callable running one verify in `mode` on buffers `x`; returns o."""
+    K = V = HEAD_DIM
+    ring = mode.endswith("+ring")
+    conv_state, window = x["conv"].transpose(-1, -2), x["win"].transpose(-1, -2)
+    saves = {
+        "cache_ring": ring,
+        "replayssm_rawk": x.get("rawk"),
+        "replayssm_rawv": x.get("rawv"),
+        "replayssm_g": x.get("g"),
+        "replayssm_beta": x.get("beta"),
+    }
+    snap = x.get("snap")
+    if mode.startswith("fused"):
+        kwargs = dict(
+            mixed_qkv=x["mixed"], conv_weight=x["w"], conv_bias=x["bias"], conv_state=conv_state,
+            conv_state_indices=x["idx"], intermediate_conv_window=window,
+            intermediate_state_indices=x["idx"], a=x["a"], b=x["b"], A_log=x["A_log"],
+            dt_bias=x["dt_bias"], ssm_states=x["ssm"], cache_indices=x["idx"],
+            intermediate_states_buffer=snap, T=T_DRAFT, num_q_heads=H, num_v_heads=HV,
+            head_k_dim=K, head_v_dim=V, lower_bound=lower_bound, **saves,
+        )  # fmt: skip
+        return lambda: api.fused_kda_conv_gating_verify(**kwargs)
+
+    dim = x["mixed"].shape[1]
+
+    def unfused():
+        x3 = x["mixed"].reshape(B, T_DRAFT, dim).transpose(1, 2)
+        y = api.causal_conv1d_update(
+            x3, conv_state, x["w"], x["bias"], activation="silu", conv_state_indices=x["idx"],
+            intermediate_conv_window=window, intermediate_state_indices=x["idx"],
+        )  # fmt: skip
+        q, k, v = y.transpose(1, 2).reshape(B * T_DRAFT, dim).split([H * K, H * K, HV * V], -1)
+        return api.fused_sigmoid_gating_delta_rule_update(
+            A_log=x["A_log"], a=x["a"], dt_bias=x["dt_bias"], softplus_beta=1.0,
+            softplus_threshold=20.0, q=q.unflatten(-1, (H, K))[None],
+            k=k.unflatten(-1, (H, K))[None], v=v.unflatten(-1, (HV, V))[None], b=x["b"],
+            initial_state_source=x["ssm"], initial_state_indices=x["idx"],
+            use_qk_l2norm_in_kernel=True, cu_seqlens=x["cu"], is_kda=True,
+            disable_state_update=True, intermediate_states_buffer=snap,
+            intermediate_state_indices=None if ring else x["idx"], cache_steps=T_DRAFT,
+            retrieve_parent_token=None, lower_bound=lower_bound, **saves,
+        )  # fmt: skip
+
+    return unfused
+
+
+def check_against_reference(api, mode, H, HV, lower_bound):
+    """The mode's o (and snapshots) against kernels.kda.reference.verify on a small batch."""
+    B, K = CHECK_BATCH, HEAD_DIM
+    x = make_inputs(B, H, HV, mode, seed=7)
+    ref = api.reference.verify(
+        x["mixed"], x["w"], x["bias"], x["conv"].transpose(-1, -2), x["idx"], x["a"], x["b"],
+        x["A_log"], x["dt_bias"], x["ssm"], x["idx"], T_DRAFT, H, HV, K, K,
+        lower_bound=lower_bound,
+    )  # fmt: skip
+    o = make_call(api, mode, x, B, H, HV, lower_bound)()
+    check_close(f"{mode} o", o.reshape(ref["o"].shape), ref["o"])
+    if "snap" in x:
+        check_close(f"{mode} snapshots", x["snap"][:B], ref["states"])
+
+
+def check_ring_bitwise(api, H, HV, lower_bound):
+    """fused+ring must write exactly the ring bytes unfused+ring writes (whole buffers)."""
+    B = RING_CHECK_BATCH
+    ref = make_inputs(B, H, HV, "unfused+ring", seed=11)
+    fus = make_inputs(B, H, HV, "fused+ring", seed=11)
+    make_call(api, "unfused+ring", ref, B, H, HV, lower_bound)()
+    make_call(api, "fused+ring", fus, B, H, HV, lower_bound)()
+    if not SMOKE:
+        torch.cuda.synchronize()
+    for name in ("rawk", "rawv", "g", "beta"):
+        if not torch.equal(ref[name], fus[name]):
+            raise AssertionError(f"ring mismatch in {name}: fused+ring != unfused+ring bytes")
+
+
+class _Verify:
+    """Inputs, checks and timings shared by KdaVerify and KdaBlockV."""
+
+    timeout = 300
+
+    def setup_case(self, batch, mode, gate, heads):
+        self.api = load_api(
+            "kernels.kda",
+            "causal_conv1d_update",
+            "fused_sigmoid_gating_delta_rule_update",
+            "fused_kda_conv_gating_verify",
+            "fused_verify",
+            "reference",
+        )
+        require_device()
+        H, HV = parse_heads(heads)
+        self.case = (batch, H, HV, mode, GATES[gate])
+        check_against_reference(self.api, mode, H, HV, GATES[gate])
+        if mode.endswith("+ring"):
+            check_ring_bitwise(self.api, H, HV, GATES[gate])
+        self.fn = self.call(seed=0)
+
+    def call(self, seed):
+        batch, H, HV, mode, lower_bound = self.case
+        x = make_inputs(batch, H, HV, mode, seed)
+        return make_call(self.api, mode, x, batch, H, HV, lower_bound)
+
+    @metric("seconds")
+    def track_time(self, *params):
+        return timing_result(per_call_seconds([self.fn], calls=GRAPH_CALLS))
+
+    @metric("seconds")
+    def track_time_cold(self, *params):
+        # One disjoint buffer set per captured call: a set is reused only after all others.
+        fns = [self.call(seed=1 + i) for i in range(COLD_SETS)]
+        return timing_result(per_call_seconds(fns, calls=max(GRAPH_CALLS, COLD_SETS)))
+
+
+class KdaVerify(_Verify):
+    """One layer's verify: per-call time (seed-style and cold) and peak VRAM per mode."""
+
+    version = "1"
+    params = [
+        grid([1, 16, 64], nightly=[1, 2, 4, 8, 16, 32, 64], smoke=[1]),
+        MODES,
+        grid(["safe"], nightly=list(GATES), smoke=["safe"]),
+        HEADS,
+    ]
+    param_names = ["batch", "mode", "gate", "heads"]
+
+    def setup(self, batch, mode, gate, heads):
+        self.setup_case(batch, mode, gate, heads)
+
+    @metric("bytes")
+    def track_peak_vram_bytes(self, *params):
+        return peak_bytes(self.fn)
+
+
+class KdaBlockV(_Verify):
+    """Tuning sweep of the fused kernel's value tile, kernels.kda.fused_verify.KDA_VERIFY_BLOCK_V,
+    set on the module before the first call (safe gate, the first heads shape)."""
+
+    version = "1"
+    params = [
+        grid([2, 4, 8, 16, 32], smoke=[4]),
+        grid(["fused", "fused+ring"], smoke=["fused+ring"]),
+        grid([64], nightly=[1, 16, 64], smoke=[1]),
+    ]
+    param_names = ["block_v", "mode", "batch"]
+
+    def setup(self, block_v, mode, batch):
+        self.module = load_api("kernels.kda.fused_verify", "KDA_VERIFY_BLOCK_V").module
+        self.default_block_v = self.module.KDA_VERIFY_BLOCK_V
+        self.module.KDA_VERIFY_BLOCK_V = block_v
+        self.setup_case(batch, mode, "safe", HEADS[0])
+
+    def teardown(self, *params):
+        module = getattr(self, "module", None)
+        if module is not None:
+            module.KDA_VERIFY_BLOCK_V = self.default_block_v

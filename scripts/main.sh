@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The README's main job command: from a fresh clone, benchmark recent commits with asv and
+# build the regression site.
+#
+#   1. scripts/bootstrap.sh (.venv with the project and its bench extra: asv, virtualenv)
+#   2. the machine entry (tools/asv_machine.py: GPU, driver, CUDA, torch, Triton)
+#   3. asv run over the last ATTNBENCH_COMMITS commits (default 3; commits already measured
+#      on this machine are skipped): real sizes on a GPU, smoke sizes (Triton's interpreter,
+#      machine "cpu-smoke") without one
+#   4. asv publish, then the report (CSV, plots, KDA tables) in report/
+#
+# Environment:
+#   ATTNBENCH_SMOKE=1|0        force smoke mode on or off (default: on without a GPU)
+#   ATTNBENCH_SUITE=nightly    the full grids (default: the per-commit subset)
+#   ATTNBENCH_MACHINE=NAME     machine name (default: cpu-smoke, or gpu-<hostname>)
+#   ATTNBENCH_COMMITS=N        how many commits back from HEAD (default 3)
+#   ATTNBENCH_WHEELHOUSE=DIR   offline: asv's environments install from DIR only
+#                              (tools/build_wheelhouse.sh fills one)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+
+VPY=$PWD/.venv/bin/python
+# The suite decides smoke vs GPU itself (benchmarks/common.py); pin the answer so that
+# every asv process agrees with the machine name chosen here.
+MODE=$("$VPY" -c 'import benchmarks.common as c; print(c.MODE_NAME)')
+if [ "$MODE" = smoke ]; then
+    export ATTNBENCH_SMOKE=1
+    MACHINE=${ATTNBENCH_MACHINE:-cpu-smoke}
+else
+    export ATTNBENCH_SMOKE=0
+    MACHINE=${ATTNBENCH_MACHINE:-gpu-$(hostname -s)}
+fi
+if [ -n "${ATTNBENCH_WHEELHOUSE:-}" ]; then
+    export PIP_NO_INDEX=1 PIP_FIND_LINKS
+    PIP_FIND_LINKS=$(cd "$ATTNBENCH_WHEELHOUSE" && pwd)
+fi
+# asv's environments get torch and Triton from here (tools/asv_host_site.py).
+ATTNBENCH_HOST_SITE=$("$VPY" tools/asv_host_site.py --print)
+export ATTNBENCH_HOST_SITE
+
+"$VPY" tools/asv_machine.py --machine "$MACHINE"
+mkdir -p .asv
+git rev-list --max-count="${ATTNBENCH_COMMITS:-3}" HEAD >.asv/commits.txt
+echo "main: mode=$MODE machine=$MACHINE commits=$(wc -l <.asv/commits.txt)"
+
+status=0
+"$VPY" -m asv run "HASHFILE:.asv/commits.txt" --machine "$MACHINE" \
+    --skip-existing-commits --record-samples --show-stderr || status=$?
+"$VPY" -m asv publish
+"$VPY" tools/report.py --results results --out report --machine "$MACHINE"
+
+cat <<EOF
+
+main: site written to $PWD/html/index.html
+main: preview it with   .venv/bin/asv preview    (serves html/ on http://127.0.0.1:8080)
+main: report (CSV, plots, KDA tables) in $PWD/report/
+EOF
+if [ "$status" -ne 0 ]; then
+    echo "main: asv run exited $status (a benchmark failed; see the output above)" >&2
+fi
+exit "$status"

@@ -1,0 +1,178 @@
+"""The asv suite end to end, in smoke mode, on a temporary copy of the repository.
+
+The copy (tracked and untracked-but-not-ignored files of this checkout) gets three commits:
+
+    c1  a deliberately slower NSA forward (selection_forward_triton sleeps first)
+    c2  the code as it is (the slowdown reverted)
+    c3  a documentation-only change: the same code as c2
+
+Then `asv run HEAD~2..HEAD` (c2 and c3) records a value for every benchmark method;
+`asv continuous c2 c3` exits 0 (identical code); `asv continuous c2 c1` exits 1 (c1 is
+slower); `asv publish` lists every benchmark; tools/report.py writes its files.
+(`asv check` runs in test_asv_common.py, in this interpreter.)
+
+Smoke gate settings (looser than the GPU's, which are tuned on the GPU's own noise): factor
+3, and a 1.5 s sleep against a ~0.3 s interpreter call, so only the plumbing is tested.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE_FACTOR = "3"
+SLEEP_S = 1.5
+SLOW_PATCH = f"""
+
+# Deliberately slower forward (asv gate test only).
+import time as _time
+
+_selection_forward_triton = selection_forward_triton
+
+
+def selection_forward_triton(*args, **kwargs):
+    _time.sleep({SLEEP_S})
+    return _selection_forward_triton(*args, **kwargs)
+"""
+
+pytestmark = pytest.mark.slow
+
+
+def _git(repo, *args):
+    ident = ["-c", "user.name=asv test", "-c", "user.email=asv-test@example.invalid"]
+    out = subprocess.run(["git", *ident, *args], cwd=repo, check=True, capture_output=True)
+    return out.stdout.decode().strip()
+
+
+def _copy_tree(dest):
+    files = _git(ROOT, "ls-files", "-co", "--exclude-standard", "-z").split("\0")
+    for rel in filter(None, files):
+        src = ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    """The temporary repository, its environment variables and its three commit hashes."""
+    base = tmp_path_factory.mktemp("asv")
+    repo, home = base / "repo", base / "home"
+    repo.mkdir()
+    home.mkdir()
+    _copy_tree(repo)
+    _git(repo, "init", "-q", "-b", "main")
+    nsa_init = repo / "src/kernels/nsa/__init__.py"
+    original = nsa_init.read_text()
+    nsa_init.write_text(original + SLOW_PATCH)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "c1: slower forward")
+    nsa_init.write_text(original)
+    _git(repo, "commit", "-qam", "c2: revert the slowdown")
+    (repo / "docs").mkdir(exist_ok=True)
+    (repo / "docs" / "asv-test-note.md").write_text("documentation only\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "c3: docs only")
+    c3, c2, c1 = _git(repo, "rev-list", "--max-count=3", "HEAD").split()
+    host_site = subprocess.run(
+        [sys.executable, str(ROOT / "tools/asv_host_site.py"), "--print"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    env = dict(os.environ, HOME=str(home), ATTNBENCH_SMOKE="1", ATTNBENCH_HOST_SITE=host_site)
+    env.pop("ATTNBENCH_SUITE", None)
+    subprocess.run(
+        [sys.executable, str(ROOT / "tools/asv_machine.py"), "--machine", "cpu-smoke"],
+        cwd=repo,
+        env=env,
+        check=True,
+    )
+    return {"path": repo, "env": env, "c1": c1, "c2": c2, "c3": c3}
+
+
+def asv(repo, *args, check=True):
+    cmd = [sys.executable, "-m", "asv", *args]
+    proc = subprocess.run(cmd, cwd=repo["path"], env=repo["env"], capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-6000:]}")
+    return proc
+
+
+def benchmark_names(repo):
+    data = json.loads((repo["path"] / "results/benchmarks.json").read_text())
+    return sorted(k for k, v in data.items() if isinstance(v, dict) and "name" in v)
+
+
+@pytest.fixture(scope="module")
+def smoke_run(repo):
+    asv(repo, "run", "HEAD~2..HEAD", "--machine", "cpu-smoke", "--record-samples", "-e")
+    return repo
+
+
+def test_run_records_every_benchmark_method(smoke_run):
+    names = benchmark_names(smoke_run)
+    expected = {
+        "common.Matmul.track_bf16_tflops",
+        "nsa.NsaForward.track_time",
+        "nsa.NsaForward.track_peak_vram_bytes",
+        "nsa.NsaForward.track_tokens_per_s",
+        "nsa.NsaForward.track_tflops",
+        "nsa.NsaForward.track_pct_of_matmul",
+        "nsa.NsaBackward.track_time",
+        "nsa.NsaBackward.track_peak_vram_bytes",
+        "kda.KdaVerify.track_time",
+        "kda.KdaVerify.track_time_cold",
+        "kda.KdaVerify.track_peak_vram_bytes",
+        "kda.KdaBlockV.track_time",
+        "kda.KdaBlockV.track_time_cold",
+    }
+    assert expected <= set(names)
+    for commit in ("c2", "c3"):
+        (path,) = (smoke_run["path"] / "results/cpu-smoke").glob(f"{smoke_run[commit][:8]}-*.json")
+        data = json.loads(path.read_text())
+        assert data["params"]["machine"] == "cpu-smoke" and data["params"]["gpu"] == "none"
+        for name in names:
+            values = data["results"][name][0]
+            values = values if isinstance(values, list) else [values]
+            assert any(v is not None for v in values), f"{name} has no value at {commit}"
+
+
+def test_continuous_passes_identical_commits(smoke_run):
+    r = smoke_run
+    proc = asv(r, "continuous", r["c2"], r["c3"], "-b", "NsaForward.track_time", "--factor",
+               SMOKE_FACTOR, "--machine", "cpu-smoke", check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-6000:]
+
+
+def test_continuous_fails_a_slower_kernel(smoke_run):
+    r = smoke_run
+    proc = asv(r, "continuous", r["c2"], r["c1"], "-b", "NsaForward.track_time", "--factor",
+               SMOKE_FACTOR, "--machine", "cpu-smoke", check=False)  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-6000:]
+    assert "PERFORMANCE DECREASED" in proc.stdout
+
+
+def test_publish_lists_every_benchmark(smoke_run):
+    asv(smoke_run, "publish")
+    index = json.loads((smoke_run["path"] / "html/index.json").read_text())
+    assert set(benchmark_names(smoke_run)) <= set(index["benchmarks"])
+    assert (smoke_run["path"] / "html/index.html").is_file()
+
+
+def test_report_writes_csv_and_plots(smoke_run, tmp_path):
+    out = tmp_path / "report"
+    subprocess.run(
+        [sys.executable, str(ROOT / "tools/report.py"), "--results",
+         str(smoke_run["path"] / "results"), "--out", str(out), "--machine", "cpu-smoke"],
+        check=True,
+    )  # fmt: skip
+    csvs = ["nsa_forward.csv", "nsa_backward.csv", "kda_verify.csv", "kda_block_v.csv"]
+    for name in csvs + ["kda_verify.md", "vram_vs_seqlen_fwd.png", "toks_vs_seqlen_bwd.png"]:
+        assert (out / name).stat().st_size > 0, name
+    assert "40" in (out / "nsa_forward.csv").read_text()  # the smoke seq_len

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The asv suite on an offline GPU host with its own torch and Triton, in one command.
+#
+#   OUT=/some/dir bash tools/gpu_asv.sh
+#
+# Needs: a wheelhouse in .whl/ (tools/build_wheelhouse.sh: asv, asv_runner, virtualenv and
+# asv's environment base requirements for cp312 manylinux x86_64) and a host interpreter
+# with CUDA torch and Triton (HOST_PY, default /opt/torch/.venv/bin/python3). No network.
+#
+# Stages (STAGES, default "run compare continuous publish"):
+#   precheck    always: imports the suite without touching CUDA (forkserver safety) and
+#               counts the benchmark processes of one commit
+#   run         asv run, one commit at a time (the last COMMITS, default 3), each timed;
+#               commits already in results/ are skipped, so a second call resumes
+#   compare     asv compare HEAD~1 HEAD from the stored samples (an A/A when src/ did not
+#               change between them; free: nothing is re-run)
+#   continuous  asv continuous HEAD~1 HEAD on CONT_BENCH (a regex; default the NSA forward
+#               and KDA verify times), the PR gate as CI runs it; only if src/ is unchanged
+#   publish     asv publish and tools/report.py
+# Anything past DEADLINE_S seconds (default 540) is skipped with a note, so that one call
+# fits a 10-minute limit; a second call with STAGES="continuous publish" picks up the results
+# a first call left in results/.
+#
+# Other knobs: MACHINE (default h200), ATTNBENCH_SUITE=nightly, BENCH (asv -b regex for run),
+# FACTOR (default 1.05), LAUNCH (asv --launch-method, default from asv.conf.json),
+# WHEELHOUSE (default .whl).
+# Writes to $OUT (at most 6 files): summary.txt, gpu_asv.log, results.tar.gz,
+# report.tar.gz, html.tar.gz.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/gpu_asv.log") 2>&1
+START=$(date +%s)
+HOST_PY=${HOST_PY:-/opt/torch/.venv/bin/python3}
+STAGES=${STAGES:-run compare continuous publish}
+COMMITS=${COMMITS:-3}
+DEADLINE_S=${DEADLINE_S:-540}
+MACHINE=${MACHINE:-h200}
+FACTOR=${FACTOR:-1.05}
+CONT_BENCH=${CONT_BENCH:-NsaForward.track_time|KdaVerify.track_time}
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+
+note() { echo "$*" | tee -a "$SUMMARY"; }
+elapsed() { echo $(($(date +%s) - START)); }
+has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
+in_time() {  # in_time WHAT [EXPECTED_S]: would WHAT still end before DEADLINE_S?
+    if [ $(($(elapsed) + ${2:-0})) -ge "$DEADLINE_S" ]; then
+        note "SKIPPED $1: elapsed $(elapsed) s + expected ${2:-0} s >= DEADLINE_S=$DEADLINE_S"
+        return 1
+    fi
+}
+
+# --- tools: asv + virtualenv from the wheelhouse into .asv/hosttools (host python's path)
+WHL=$(cd "${WHEELHOUSE:-.whl}" && pwd) || { echo "gpu_asv: no wheelhouse (tools/build_wheelhouse.sh)"; exit 1; }
+export PIP_NO_INDEX=1 PIP_FIND_LINKS=$WHL PIP_DISABLE_PIP_VERSION_CHECK=1
+TOOLS=$PWD/.asv/hosttools
+if ! PYTHONPATH=$TOOLS "$HOST_PY" -c 'import asv, virtualenv' 2>/dev/null; then
+    "$HOST_PY" -m pip install -q --target "$TOOLS" asv==0.6.6 asv_runner==0.3.2 virtualenv || exit 1
+fi
+export PYTHONPATH=$TOOLS  # asv drops PYTHONPATH inside its environments
+export PATH=$(dirname "$HOST_PY"):$TOOLS/bin:$PATH  # python3.X for virtualenv: the host's
+export ATTNBENCH_SMOKE=0
+ATTNBENCH_HOST_SITE=$("$HOST_PY" tools/asv_host_site.py --print) || exit 1
+export ATTNBENCH_HOST_SITE
+ASV=("$HOST_PY" -m asv)
+LM=()
+[ -n "${LAUNCH:-}" ] && LM=(--launch-method "$LAUNCH")
+B=()
+[ -n "${BENCH:-}" ] && B=(-b "$BENCH")
+
+note "gpu_asv: $(date -u +%FT%TZ) host=$(hostname) stages='$STAGES' suite=${ATTNBENCH_SUITE:-default}"
+note "gpu_asv: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+"$HOST_PY" tools/asv_machine.py --machine "$MACHINE" | tee -a "$SUMMARY"
+
+# --- precheck: no CUDA before the fork; how many processes one commit costs
+"$HOST_PY" - <<'EOF' 2>&1 | tee -a "$SUMMARY"
+import inspect, itertools, math
+import torch
+import benchmarks.common as c
+from benchmarks import kda, nsa
+assert not torch.cuda.is_initialized(), "the suite initialized CUDA at import (breaks forkserver)"
+total = 0
+for mod in (c, nsa, kda):
+    for name, cls in vars(mod).items():
+        if inspect.isclass(cls) and not name.startswith("_") and cls.__module__ == mod.__name__:
+            methods = [m for m in dir(cls) if m.startswith("track_")]
+            if not methods:
+                continue
+            points = math.prod(len(p) for p in getattr(cls, "params", [])) if hasattr(cls, "params") else 1
+            total += points * len(methods)
+            print(f"precheck: {name}: {points} points x {len(methods)} methods")
+print(f"precheck: mode={c.MODE_NAME}: {total} benchmark processes per commit (skips included); "
+      f"torch {torch.__version__}, CUDA initialized at import: {torch.cuda.is_initialized()}")
+EOF
+
+# --- run: one commit at a time, timed
+if has_stage run; then
+    last=0  # the previous commit's wall time: the estimate for the next one
+    for c in $(git rev-list --max-count="$COMMITS" HEAD | tac); do
+        in_time "run $c" "$last" || break
+        t0=$(date +%s)
+        "${ASV[@]}" run "$c^!" --machine "$MACHINE" --record-samples --show-stderr \
+            --skip-existing-commits "${LM[@]}" "${B[@]}"
+        rc=$?
+        last=$(($(date +%s) - t0))
+        note "run $(git log -1 --format='%h %s' "$c"): exit $rc, $last s wall"
+    done
+fi
+
+# --- compare / continuous: A/A when the kernels did not change between HEAD~1 and HEAD
+SRC_SAME=no
+git diff --quiet HEAD~1 HEAD -- src/ 2>/dev/null && SRC_SAME=yes
+note "src/ unchanged between HEAD~1 and HEAD: $SRC_SAME"
+if has_stage compare; then
+    "${ASV[@]}" compare HEAD~1 HEAD --machine "$MACHINE" --factor "$FACTOR" --split \
+        | tee -a "$SUMMARY"
+    "${ASV[@]}" show HEAD --machine "$MACHINE" >>"$SUMMARY" 2>&1
+fi
+if has_stage continuous && in_time continuous; then
+    if [ "$SRC_SAME" = yes ]; then
+        t0=$(date +%s)
+        "${ASV[@]}" continuous HEAD~1 HEAD --machine "$MACHINE" --factor "$FACTOR" \
+            -b "$CONT_BENCH" --show-stderr "${LM[@]}" | tee -a "$SUMMARY"
+        note "continuous (A/A, -b '$CONT_BENCH'): exit ${PIPESTATUS[0]}, $(($(date +%s) - t0)) s"
+    else
+        note "continuous skipped: src/ changed between HEAD~1 and HEAD (not an A/A)"
+    fi
+fi
+
+# --- publish, report, and what comes back
+if has_stage publish; then
+    "${ASV[@]}" publish && note "publish: html/ written"
+    "$HOST_PY" tools/report.py --results results --out report --machine "$MACHINE" \
+        | tee -a "$SUMMARY"
+fi
+[ -d results ] && tar czf "$OUT/results.tar.gz" results
+[ -d report ] && tar czf "$OUT/report.tar.gz" report
+[ -d html ] && tar czf "$OUT/html.tar.gz" html
+note "gpu_asv: done in $(elapsed) s; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"

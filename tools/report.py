@@ -1,0 +1,381 @@
+#!/usr/bin/env python3
+"""Turn asv results into the seed benchmarks' outputs: CSV, plots and KDA tables.
+
+    python tools/report.py --results results --out report [--machine NAME] [--commit HASH]
+
+Reads asv's result files (`results/<machine>/<commit8>-<env>.json`, format version 2, and
+`results/benchmarks.json` for parameter names) and writes into --out:
+
+    nsa_forward.csv, nsa_backward.csv      per (preset, pattern, seq_len): kernel and
+                                           reference ms, tokens/s, peak VRAM (GB), ref n/a
+    vram_vs_seqlen_{fwd,bwd}.png           peak VRAM vs seq_len, kernel vs reference,
+    toks_vs_seqlen_{fwd,bwd}.png           tokens/s vs seq_len; reference OOM ceiling and
+                                           the throughput crossover marked
+    kda_verify.csv, kda_verify.md          per-call us (seed-style / cold) and VRAM per mode
+    kda_block_v.csv, kda_block_v.md        the KDA_VERIFY_BLOCK_V sweep
+    summary.md                             machine, commits, OOM ceilings, crossovers
+
+For every benchmark the newest result file (by date) of the machine that holds a value for
+it is used; the machine defaults to the one with the newest results. A point with no value
+(NaN: out of memory, or skipped as too large) is "n/a". The dense reference's cost does not
+depend on the index pattern, so a pattern without its own reference row borrows the other's.
+"""
+
+import argparse
+import ast
+import csv
+import itertools
+import json
+import math
+import sys
+from pathlib import Path
+
+NSA = {"forward": "nsa.NsaForward", "backward": "nsa.NsaBackward"}
+KDA_VERIFY, KDA_BLOCK_V = "kda.KdaVerify", "kda.KdaBlockV"
+SHORT = {"forward": "fwd", "backward": "bwd"}
+# Parameter names of the suite's classes, used when benchmarks.json is missing.
+NSA_PARAMS = ["seq_len", "impl", "preset", "pattern"]
+PARAM_NAMES = {
+    NSA["forward"]: NSA_PARAMS,
+    NSA["backward"]: NSA_PARAMS,
+    KDA_VERIFY: ["batch", "mode", "gate", "heads"],
+    KDA_BLOCK_V: ["block_v", "mode", "batch"],
+}
+
+
+# ---------------------------------------------------------------- reading asv's files
+
+
+def _value(text):
+    """asv stores parameter values as their repr: "'triton'" -> 'triton', '4096' -> 4096."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _number(x):
+    return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def load_results(results_dir, machine=None):
+    """(machine, [result file dicts, newest first]) for one machine."""
+    root = Path(results_dir)
+    files = {}
+    for path in sorted(root.glob("*/*.json")):
+        if path.name == "machine.json":
+            continue
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            print(f"report: skipping unreadable {path}: {exc}", file=sys.stderr)
+            continue
+        if not isinstance(data, dict) or "results" not in data:
+            continue
+        files.setdefault(path.parent.name, []).append(data)
+    if not files:
+        raise SystemExit(f"report: no asv result files under {root}")
+    if machine is None:
+        machine = max(files, key=lambda m: max(d.get("date", 0) for d in files[m]))
+    if machine not in files:
+        raise SystemExit(f"report: no results for machine {machine!r} (have {sorted(files)})")
+    return machine, sorted(files[machine], key=lambda d: d.get("date", 0), reverse=True)
+
+
+def param_names(results_dir):
+    path = Path(results_dir) / "benchmarks.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: v.get("param_names", []) for k, v in data.items() if isinstance(v, dict)}
+
+
+def points(data, name, names):
+    """{params dict as a sorted tuple: value} of one benchmark in one result file."""
+    entry = data.get("results", {}).get(name)
+    if entry is None:
+        return {}
+    columns = data.get("result_columns", ["result", "params"])
+    row = dict(zip(columns, entry, strict=False)) if isinstance(entry, list) else {}
+    values, params = row.get("result"), row.get("params") or []
+    if not isinstance(values, list):
+        values = [values]
+    combos = list(itertools.product(*params)) if params else [()]
+    keys = names or [f"p{i}" for i in range(len(params))]
+    out = {}
+    for combo, value in zip(combos, values, strict=False):
+        out[tuple(zip(keys, (_value(v) for v in combo), strict=False))] = _number(value)
+    return out
+
+
+class Results:
+    """The newest values of each benchmark on one machine."""
+
+    def __init__(self, results_dir, machine=None, commit=None):
+        self.machine, files = load_results(results_dir, machine)
+        if commit:
+            files = [d for d in files if str(d.get("commit_hash", "")).startswith(commit)]
+            if not files:
+                raise SystemExit(f"report: no results for commit {commit} on {self.machine}")
+        self.files, self.names, self.used = files, param_names(results_dir), {}
+
+    def get(self, name):
+        """{params: value} from the newest file holding any value for `name`."""
+        for data in self.files:
+            names = self.names.get(name) or PARAM_NAMES.get(name.rsplit(".", 1)[0])
+            pts = points(data, name, names)
+            if any(v is not None for v in pts.values()):
+                self.used[name] = str(data.get("commit_hash", "?"))[:8]
+                return {dict(k).__repr__(): (dict(k), v) for k, v in pts.items()}
+        return {}
+
+    def rows(self, name):
+        return list(self.get(name).values())
+
+
+# ---------------------------------------------------------------- NSA tables and plots
+
+
+def nsa_table(res, cls):
+    """Rows per (preset, pattern, seq_len): kernel and reference figures."""
+    metrics = {
+        "ms": "track_time",
+        "tok_s": "track_tokens_per_s",
+        "vram_gb": "track_peak_vram_bytes",
+    }
+    scale = {"ms": 1e3, "tok_s": 1.0, "vram_gb": 1e-9}
+    table = {}
+    for col, method in metrics.items():
+        for p, v in res.rows(f"{cls}.{method}"):
+            key = (p.get("preset"), p.get("pattern"), p.get("seq_len"))
+            side = "kernel" if p.get("impl") == "triton" else "ref"
+            row = table.setdefault(key, {})
+            row[f"{side}_{col}"] = None if v is None else v * scale[col]
+    # The dense reference ignores the pattern: borrow another pattern's row where missing.
+    for (preset, pattern, T), row in table.items():
+        for other_key, other in table.items():
+            if other_key[0] == preset and other_key[2] == T and other_key[1] != pattern:
+                for col in metrics:
+                    if row.get(f"ref_{col}") is None and other.get(f"ref_{col}") is not None:
+                        row[f"ref_{col}"] = other[f"ref_{col}"]
+    rows = []
+    for (preset, pattern, T), row in sorted(
+        table.items(), key=lambda kv: tuple(map(str, kv[0][:2])) + (kv[0][2] or 0,)
+    ):
+        full = {"preset": preset, "pattern": pattern, "seq_len": T}
+        for side in ("kernel", "ref"):
+            for col in metrics:
+                full[f"{side}_{col}"] = row.get(f"{side}_{col}")
+        full["ref_na"] = int(full["ref_ms"] is None and full["ref_vram_gb"] is None)
+        rows.append(full)
+    return rows
+
+
+def oom_ceiling(rows):
+    """Smallest seq_len from which the reference has no value up to the largest measured."""
+    ceiling = None
+    for r in sorted(rows, key=lambda r: r["seq_len"], reverse=True):
+        if not r["ref_na"]:
+            break
+        ceiling = r["seq_len"]
+    return ceiling
+
+
+def crossover(rows):
+    """Smallest seq_len where the kernel's tokens/s reaches the reference's (both measured)."""
+    for r in sorted(rows, key=lambda r: r["seq_len"]):
+        if r["kernel_tok_s"] is not None and r["ref_tok_s"] is not None:
+            if r["kernel_tok_s"] >= r["ref_tok_s"]:
+                return r["seq_len"]
+    return None
+
+
+def write_csv(path, rows, fields=None):
+    fields = fields or (list(rows[0]) if rows else [])
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: "" if row.get(k) is None else row.get(k) for k in fields})
+
+
+def plot_nsa(out, direction, rows):
+    """Two PNGs per direction; one panel per preset, kernel lines per pattern, reference dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    presets = sorted({r["preset"] for r in rows}, key=str)
+    written = []
+    for metric, ylabel, fname in (
+        ("vram_gb", "peak VRAM (GB)", f"vram_vs_seqlen_{SHORT[direction]}.png"),
+        ("tok_s", "throughput (tokens/s)", f"toks_vs_seqlen_{SHORT[direction]}.png"),
+    ):
+        fig, axes = plt.subplots(1, max(1, len(presets)), figsize=(7 * max(1, len(presets)), 5))
+        axes = list(axes) if hasattr(axes, "__len__") else [axes]
+        for ax, preset in zip(axes, presets, strict=False):
+            prows = [r for r in rows if r["preset"] == preset]
+            for pattern in sorted({r["pattern"] for r in prows}, key=str):
+                pr = sorted(
+                    (r for r in prows if r["pattern"] == pattern), key=lambda r: r["seq_len"]
+                )
+                _line(ax, pr, f"kernel_{metric}", f"kernel (Triton), {pattern}", "o-")
+            ref = {r["seq_len"]: r[f"ref_{metric}"] for r in prows}
+            ref_rows = [{"seq_len": t, f"ref_{metric}": v} for t, v in sorted(ref.items())]
+            _line(ax, ref_rows, f"ref_{metric}", "reference (dense O(T^2))", "s--")
+            _marks(ax, prows, metric)
+            ax.set_xscale("log", base=2)
+            if metric == "vram_gb":
+                ax.set_yscale("log")
+            ax.set_xlabel("seq_len")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"NSA selection {direction} - {preset}")
+            ax.grid(alpha=0.3, which="both")
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / fname, dpi=110)
+        plt.close(fig)
+        written.append(fname)
+    return written
+
+
+def _line(ax, rows, key, label, style):
+    pts = [(r["seq_len"], r[key]) for r in rows if r.get(key) is not None]
+    if pts:
+        ax.plot(*zip(*pts, strict=True), style, lw=2, label=label)
+
+
+def _marks(ax, rows, metric):
+    ceiling, cross = oom_ceiling(rows), crossover(rows)
+    if ceiling is not None:
+        ax.axvline(ceiling, color="gray", ls="--", alpha=0.7)
+        _note(ax, ceiling, 0.5, f"reference n/a (OOM) >= {ceiling}", "right", "wheat")
+    if cross is not None and metric == "tok_s":
+        ax.axvline(cross, color="green", ls="--", alpha=0.7)
+        _note(ax, cross, 0.8, f"kernel wins >= {cross}", "left", "honeydew")
+
+
+def _note(ax, x, y_frac, text, ha, color):
+    box = {"boxstyle": "round", "fc": color, "alpha": 0.8}
+    ax.annotate(
+        text, xy=(x, y_frac), xycoords=("data", "axes fraction"), ha=ha, fontsize=8, bbox=box
+    )
+
+
+# ---------------------------------------------------------------- KDA tables
+
+
+def kda_rows(res, cls, keys, methods):
+    """Rows keyed by `keys` with one column per method (us for times, MB for bytes)."""
+    table = {}
+    for col, method in methods.items():
+        for p, v in res.rows(f"{cls}.{method}"):
+            row = table.setdefault(
+                tuple(p.get(k) for k in keys),
+                dict(zip(keys, (p.get(k) for k in keys), strict=True)),
+            )
+            scale = 1e-6 if method.endswith("bytes") else 1e6
+            row[col] = None if v is None else v * scale
+    return [table[k] for k in sorted(table, key=lambda k: tuple(str(x).zfill(8) for x in k))]
+
+
+def _mode_order(mode):
+    order = ["unfused", "unfused+ring", "fused", "fused+ring"]
+    return (order.index(mode), "") if mode in order else (len(order), str(mode))
+
+
+def _fmt(x, digits=2):
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def markdown_grid(rows, section_keys, row_key, col_key, cell):
+    """One markdown table per section: rows x columns, cells from `cell(row)`."""
+    lines = []
+    sections = sorted({tuple(r[k] for k in section_keys) for r in rows}, key=str)
+    for sec in sections:
+        srows = [r for r in rows if tuple(r[k] for k in section_keys) == sec]
+        cols = sorted({r[col_key] for r in srows}, key=_mode_order)
+        lines += [
+            "",
+            "### " + ", ".join(f"{k}={v}" for k, v in zip(section_keys, sec, strict=True)),
+            "",
+        ]
+        lines.append(f"| {row_key} | " + " | ".join(map(str, cols)) + " |")
+        lines.append("| ---: | " + " | ".join("---:" for _ in cols) + " |")
+        for rv in sorted({r[row_key] for r in srows}):
+            cells = {r[col_key]: cell(r) for r in srows if r[row_key] == rv}
+            lines.append(f"| {rv} | " + " | ".join(cells.get(c, "") for c in cols) + " |")
+    return lines
+
+
+def write_kda(out, res):
+    written = []
+    times = {"seed_us": "track_time", "cold_us": "track_time_cold"}
+    cell = lambda r: f"{_fmt(r.get('seed_us'))} / {_fmt(r.get('cold_us'))}"
+    keys = ["gate", "heads", "batch", "mode"]
+    verify = kda_rows(res, KDA_VERIFY, keys, {**times, "peak_vram_mb": "track_peak_vram_bytes"})
+    if verify:
+        write_csv(out / "kda_verify.csv", verify)
+        lines = ["# KDA chain-verify: us per call (seed-style / cold), CUDA-graph replays", ""]
+        lines += markdown_grid(verify, ["gate", "heads"], "batch", "mode", cell)
+        (out / "kda_verify.md").write_text("\n".join(lines) + "\n")
+        written += ["kda_verify.csv", "kda_verify.md"]
+    block_v = kda_rows(res, KDA_BLOCK_V, ["batch", "mode", "block_v"], times)
+    if block_v:
+        write_csv(out / "kda_block_v.csv", block_v)
+        lines = ["# KDA_VERIFY_BLOCK_V sweep: us per call (seed-style / cold)", ""]
+        lines += markdown_grid(block_v, ["batch"], "block_v", "mode", cell)
+        (out / "kda_block_v.md").write_text("\n".join(lines) + "\n")
+        written += ["kda_block_v.csv", "kda_block_v.md"]
+    return written
+
+
+# ---------------------------------------------------------------- main
+
+
+def build(results_dir, out, machine=None, commit=None):
+    """Write every output; returns the list of files written."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    res = Results(results_dir, machine, commit)
+    written, summary = [], [f"# Benchmark report: machine {res.machine}", ""]
+    for direction, cls in NSA.items():
+        rows = nsa_table(res, cls)
+        if not rows:
+            summary.append(f"- NSA {direction}: no results")
+            continue
+        fname = f"nsa_{direction}.csv"
+        write_csv(out / fname, rows)
+        written += [fname] + plot_nsa(out, direction, rows)
+        for preset in sorted({r["preset"] for r in rows}, key=str):
+            prows = [r for r in rows if r["preset"] == preset]
+            ceiling, cross = oom_ceiling(prows), crossover(prows)
+            summary.append(
+                f"- NSA {direction}, {preset}: reference n/a (OOM ceiling) from seq_len "
+                f"{ceiling if ceiling is not None else '(none measured)'}; kernel throughput "
+                f"crossover at seq_len {cross if cross is not None else '(none measured)'}"
+            )
+    written += write_kda(out, res)
+    summary += ["", "Commits used per benchmark:", ""]
+    summary += [f"- {name}: {commit}" for name, commit in sorted(res.used.items())]
+    summary += ["", "Files: " + ", ".join(written)]
+    (out / "summary.md").write_text("\n".join(summary) + "\n")
+    return written + ["summary.md"]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", default="results", help="asv results directory")
+    parser.add_argument("--out", default="report", help="output directory")
+    parser.add_argument("--machine", help="machine name (default: the newest results')")
+    parser.add_argument("--commit", help="commit hash prefix (default: newest per benchmark)")
+    args = parser.parse_args(argv)
+    written = build(args.results, args.out, args.machine, args.commit)
+    print(f"report: wrote {len(written)} files to {args.out}: " + ", ".join(written))
+    print((Path(args.out) / "summary.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
