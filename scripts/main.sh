@@ -48,6 +48,13 @@ status=0
 "$VPY" -m asv run "HASHFILE:.asv/commits.txt" --machine "$MACHINE" \
     --skip-existing-commits --record-samples --show-stderr || status=$?
 "$VPY" -m asv publish
+# The site loads its JavaScript libraries from public CDNs; vendor them (from node_modules,
+# installed by `npm ci`) so it works offline and behind firewalls.
+if [ -d node_modules ]; then
+    "$VPY" tools/site_vendor.py html
+else
+    echo "main: site not vendored (run npm ci to serve it without the internet)" >&2
+fi
 "$VPY" tools/report.py --results results --out report --machine "$MACHINE"
 
 cat <<EOF
