@@ -22,7 +22,7 @@ PY=${PYTHON:-python3}
 PACKAGES=(
     # host: asv and virtualenv
     asv==0.6.6 asv_runner==0.3.2 virtualenv==21.15.11
-    json5==0.17.3 tabulate==0.10.0 PyYAML==6.0.4 Pympler==1.1 importlib_metadata==10.2.0
+    json5==0.17.3 tabulate==0.10.0 PyYAML==6.0.4 Pympler==1.1 importlib_metadata==10.2.0 lazy-importer==0.1.0
     zipp==4.1.2 distlib==0.4.4 filelock==4.3.1 platformdirs==4.14.8 python-discovery==1.9.6
     # every new asv environment, and the project's [build-system].requires
     pip==25.3 wheel==0.45.1 setuptools==80.9.0 build==1.6.1 pyproject_hooks==1.3.3 packaging==26.4
