@@ -17,6 +17,7 @@ import torch
 from .common import (
     DEVICE,
     DTYPE,
+    FULL_SUITE,
     SMOKE,
     check_close,
     generator,
@@ -215,25 +216,28 @@ class KdaVerify(_Verify):
         return peak_bytes(self.fn)
 
 
-class KdaBlockV(_Verify):
-    """Tuning sweep of the fused kernel's value tile, kernels.kda.fused_verify.KDA_VERIFY_BLOCK_V,
-    set on the module before the first call (safe gate, the first heads shape)."""
+if FULL_SUITE:  # the tuning sweep: nightly and smoke only (common.FULL_SUITE)
 
-    version = "1"
-    params = [
-        grid([2, 4, 8, 16, 32], smoke=[4]),
-        grid(["fused", "fused+ring"], smoke=["fused+ring"]),
-        grid([64], nightly=[1, 16, 64], smoke=[1]),
-    ]
-    param_names = ["block_v", "mode", "batch"]
+    class KdaBlockV(_Verify):
+        """Tuning sweep of the fused kernel's value tile,
+        kernels.kda.fused_verify.KDA_VERIFY_BLOCK_V, set on the module before the first call
+        (safe gate, the first heads shape)."""
 
-    def setup(self, block_v, mode, batch):
-        self.module = load_api("kernels.kda.fused_verify", "KDA_VERIFY_BLOCK_V").module
-        self.default_block_v = self.module.KDA_VERIFY_BLOCK_V
-        self.module.KDA_VERIFY_BLOCK_V = block_v
-        self.setup_case(batch, mode, "safe", HEADS[0])
+        version = "1"
+        params = [
+            grid([2, 4, 8, 16, 32], smoke=[4]),
+            grid(["fused", "fused+ring"], smoke=["fused+ring"]),
+            grid([64], nightly=[1, 16, 64], smoke=[1]),
+        ]
+        param_names = ["block_v", "mode", "batch"]
 
-    def teardown(self, *params):
-        module = getattr(self, "module", None)
-        if module is not None:
-            module.KDA_VERIFY_BLOCK_V = self.default_block_v
+        def setup(self, block_v, mode, batch):
+            self.module = load_api("kernels.kda.fused_verify", "KDA_VERIFY_BLOCK_V").module
+            self.default_block_v = self.module.KDA_VERIFY_BLOCK_V
+            self.module.KDA_VERIFY_BLOCK_V = block_v
+            self.setup_case(batch, mode, "safe", HEADS[0])
+
+        def teardown(self, *params):
+            module = getattr(self, "module", None)
+            if module is not None:
+                module.KDA_VERIFY_BLOCK_V = self.default_block_v

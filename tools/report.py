@@ -152,6 +152,13 @@ def nsa_table(res, cls):
             side = "kernel" if p.get("impl") == "triton" else "ref"
             row = table.setdefault(key, {})
             row[f"{side}_{col}"] = None if v is None else v * scale[col]
+    # The default suite records time only; tokens/s follows from it (every preset has B=1,
+    # so a call processes seq_len tokens).
+    for (_, _, T), row in table.items():
+        for side in ("kernel", "ref"):
+            ms = row.get(f"{side}_ms")
+            if row.get(f"{side}_tok_s") is None and ms and T:
+                row[f"{side}_tok_s"] = T / (ms / 1e3)
     # The dense reference ignores the pattern: borrow another pattern's row where missing.
     for (preset, pattern, T), row in table.items():
         for other_key, other in table.items():

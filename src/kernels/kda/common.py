@@ -286,7 +286,7 @@ def num_warps_for(block_v, K):
 # it out of local memory. tools/gpu_tune_kda.py times every tile on a GPU (cold timings,
 # H = HV = 8, K = V = 128, T = 4) and prints the table its best tiles make.
 BLOCK_V_TABLE = {
-    "fused": ((2, 4, 1), (8, 8, 1), (32, 16, 2), (None, 16, 2)),
+    "fused": ((2, 4, 1), (8, 8, 1), (32, 16, 2), (None, 32, 4)),
     "fused+ring": ((2, 4, 1), (8, 8, 1), (32, 16, 2), (None, 32, 4)),
     "unfused": ((2, 4, 1), (8, 8, 1), (32, 16, 2), (None, 16, 2)),
     "unfused+ring": ((2, 4, 1), (8, 8, 1), (32, 16, 2), (None, 32, 4)),
