@@ -258,7 +258,7 @@ def _marks(ax, rows, metric):
     ceiling, cross = oom_ceiling(rows), crossover(rows)
     if ceiling is not None:
         ax.axvline(ceiling, color="gray", ls="--", alpha=0.7)
-        _note(ax, ceiling, 0.5, f"reference n/a (OOM) >= {ceiling}", "right", "wheat")
+        _note(ax, ceiling, 0.5, f"reference n/a (OOM or not run) >= {ceiling}", "right", "wheat")
     if cross is not None and metric == "tok_s":
         ax.axvline(cross, color="green", ls="--", alpha=0.7)
         _note(ax, cross, 0.8, f"kernel wins >= {cross}", "left", "honeydew")
@@ -360,7 +360,8 @@ def build(results_dir, out, machine=None, commit=None):
             prows = [r for r in rows if r["preset"] == preset]
             ceiling, cross = oom_ceiling(prows), crossover(prows)
             summary.append(
-                f"- NSA {direction}, {preset}: reference n/a (OOM ceiling) from seq_len "
+                f"- NSA {direction}, {preset}: reference n/a (out of memory, or not run in "
+                f"this suite) from seq_len "
                 f"{ceiling if ceiling is not None else '(none measured)'}; kernel throughput "
                 f"crossover at seq_len {cross if cross is not None else '(none measured)'}"
             )
