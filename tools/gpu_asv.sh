@@ -32,7 +32,6 @@ OUT=${OUT:-out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/gpu_asv.log") 2>&1
 START=$(date +%s)
-HOST_PY=${HOST_PY:-/opt/torch/.venv/bin/python3}
 STAGES=${STAGES:-run compare continuous publish}
 COMMITS=${COMMITS:-3}
 DEADLINE_S=${DEADLINE_S:-540}
@@ -42,31 +41,8 @@ CONT_BENCH=${CONT_BENCH:-NsaForward.track_time|KdaVerify.track_time}
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 
-note() { echo "$*" | tee -a "$SUMMARY"; }
-elapsed() { echo $(($(date +%s) - START)); }
-has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
-in_time() {  # in_time WHAT [EXPECTED_S]: would WHAT still end before DEADLINE_S?
-    if [ $(($(elapsed) + ${2:-0})) -ge "$DEADLINE_S" ]; then
-        note "SKIPPED $1: elapsed $(elapsed) s + expected ${2:-0} s >= DEADLINE_S=$DEADLINE_S"
-        return 1
-    fi
-}
-
-# --- tools: asv + virtualenv from the wheelhouse into .asv/hosttools (host python's path)
-WHL=$(cd "${WHEELHOUSE:-.whl}" && pwd) || { echo "gpu_asv: no wheelhouse (tools/build_wheelhouse.sh)"; exit 1; }
-export PIP_NO_INDEX=1 PIP_FIND_LINKS=$WHL PIP_DISABLE_PIP_VERSION_CHECK=1
-TOOLS=$PWD/.asv/hosttools
-if ! PYTHONPATH=$TOOLS "$HOST_PY" -c 'import asv, virtualenv' 2>/dev/null; then
-    "$HOST_PY" -m pip install -q --target "$TOOLS" asv==0.6.6 asv_runner==0.3.2 virtualenv || exit 1
-fi
-export PYTHONPATH=$TOOLS  # asv drops PYTHONPATH inside its environments
-export PATH=$(dirname "$HOST_PY"):$TOOLS/bin:$PATH  # python3.X for virtualenv: the host's
-export ATTNBENCH_SMOKE=0
-ATTNBENCH_HOST_SITE=$("$HOST_PY" tools/asv_host_site.py --print) || exit 1
-export ATTNBENCH_HOST_SITE
-ASV=("$HOST_PY" -m asv)
-LM=()
-[ -n "${LAUNCH:-}" ] && LM=(--launch-method "$LAUNCH")
+# --- tools (asv, virtualenv), environment, helpers: shared with tools/gpu_gate_study.sh
+source tools/asv_host_env.sh || exit 1
 B=()
 [ -n "${BENCH:-}" ] && B=(-b "$BENCH")
 

@@ -1,0 +1,306 @@
+"""tools/gate_study.py and tools/gpu_gate_study.sh: the slow-down patches, the tables, one
+smoke run.
+
+The patches must apply to the current kernel sources, compile, and leave every byte the
+kernels write unchanged (under the interpreter here), while the extra work is really wired
+to a store: with the never-passed flag forced on, that store changes the output. The CV,
+A/A and detection tables are checked on synthetic inputs and on real `asv continuous`
+output; the shell entry point runs its noise stage end to end in smoke mode.
+"""
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _asv_smoke as smoke  # noqa: E402
+
+spec = importlib.util.spec_from_file_location("gate_study", ROOT / "tools" / "gate_study.py")
+gs = importlib.util.module_from_spec(spec)
+sys.modules["gate_study"] = gs  # its dataclasses look their module up
+spec.loader.exec_module(gs)
+
+NEVER, FORCED = "0.0,  # gate_never", "1.0,  # gate_never"
+# Real `asv continuous` output (smoke mode, NSA forward with 3000 extra steps, factor 1.01).
+CONTINUOUS_OUT = """\
+· Running 2 total benchmarks (2 commits * 1 environments * 1 benchmarks)
+[100.00%] ··· nsa.NsaForward.track_time                                       ok
+
+| Change   | Before [8f32d545] <gate-base>   | After [5df96ed9] <gate-slow-nsa-3000>   |   Ratio | Benchmark (Parameter)                                          |
+|----------|---------------------------------|-----------------------------------------|---------|----------------------------------------------------------------|
+| +        | 254±4ms                         | 1.03±0s                                 |    4.05 | nsa.NsaForward.track_time(40, 'triton', 'tiny-seed', 'random') |
+| -        | 2.00±0.01ms                     | 1.00±0.01ms                             |    0.50 | kda.KdaVerify.track_time(1, 'fused', 'safe', 'H1-HV2') |
+
+SOME BENCHMARKS HAVE CHANGED SIGNIFICANTLY.
+PERFORMANCE DECREASED.
+"""  # noqa: E501
+
+
+def source(kernel):
+    return (ROOT / gs.KERNELS[kernel].path).read_text()
+
+
+@pytest.mark.parametrize("kernel", list(gs.KERNELS))
+def test_patch_applies_to_current_source_and_only_adds_lines(kernel):
+    k = gs.KERNELS[kernel]
+    text = gs.patch_source(source(kernel), k.hunks, 37)
+    compile(text, k.path, "exec")
+    assert "EXTRA=37," in text and NEVER in text and "range(EXTRA)" in text
+    original = source(kernel).splitlines()
+    added = text.splitlines()
+    it = iter(added)
+    assert all(line in it for line in original), "the patch removed or reordered lines"
+    assert len(added) - len(original) == sum(len(h.text.splitlines()) for h in k.hunks)
+
+
+@pytest.mark.parametrize("kernel", list(gs.KERNELS))
+def test_patch_refuses_a_missing_or_repeated_anchor(kernel):
+    k = gs.KERNELS[kernel]
+    line = re.compile(rf"^( *){re.escape(k.hunks[0].anchor)}$", re.M)
+    assert len(line.findall(source(kernel))) == 1
+    with pytest.raises(ValueError, match="found 0 times"):
+        gs.patch_source(line.sub(r"\1renamed,", source(kernel)), k.hunks, 1)
+    with pytest.raises(ValueError, match="found 2 times"):
+        gs.patch_source(line.sub(r"\g<0>\n\g<0>", source(kernel)), k.hunks, 1)
+
+
+def load(kernel, extra, tmp_path, forced=False):
+    text = gs.patch_source(source(kernel), gs.KERNELS[kernel].hunks, extra)
+    tag = f"t{extra}{'f' if forced else ''}"
+    return gs.load_source(kernel, tag, text.replace(NEVER, FORCED) if forced else text, tmp_path)
+
+
+def test_patched_nsa_forward_writes_the_same_bytes(tmp_path, device):
+    from kernels import nsa
+
+    B, Hq, Hkv, T, D, bs, S = 1, 4, 1, 40, 32, 16, 3
+    gen = torch.Generator(device=device).manual_seed(3)
+    q, k, v = (torch.randn(B, h, T, D, generator=gen, device=device) for h in (Hq, Hkv, Hkv))
+    idx = nsa.make_block_idx_random(B, Hkv, T, bs, S, device, 5)
+
+    def run(mod):
+        return mod.selection_forward_triton(q, k, v, idx, bs, return_lse=True)
+
+    o_ref, lse_ref = run(nsa.forward)
+    o, lse = run(load("nsa", 3, tmp_path))
+    assert torch.equal(o, o_ref) and torch.equal(lse, lse_ref)
+    # The flag forced on: the extra result lands in lse, and it depends on EXTRA.
+    o3, lse3 = run(load("nsa", 3, tmp_path, forced=True))
+    o0, lse0 = run(load("nsa", 0, tmp_path, forced=True))
+    assert torch.equal(o3, o_ref)
+    assert not torch.equal(lse3, lse_ref) and not torch.equal(lse3, lse0)
+
+
+def test_patched_kda_fused_verify_writes_the_same_bytes(tmp_path):
+    import kernels.kda as kkda
+    from benchmarks import kda as bkda
+
+    B, H, HV = 1, 1, 2
+
+    def run(fn):
+        x = bkda.make_inputs(B, H, HV, "fused+ring", seed=4)
+        o = bkda.make_call(
+            SimpleNamespace(fused_kda_conv_gating_verify=fn), "fused+ring", x, B, H, HV, -5.0
+        )()
+        return o, x
+
+    o_ref, x_ref = run(kkda.fused_kda_conv_gating_verify)
+    o, x = run(load("kda", 3, tmp_path).fused_kda_conv_gating_verify)
+    assert torch.equal(o, o_ref)
+    for name, t in x_ref.items():  # ring, windows and states: every buffer, bit for bit
+        assert torch.equal(x[name], t), name
+    o_forced, _ = run(load("kda", 3, tmp_path, forced=True).fused_kda_conv_gating_verify)
+    assert not torch.equal(o_forced, o_ref)
+
+
+def test_regex_selects_the_kernels_points():
+    nsa, kda = gs.KERNELS["nsa"].regex, gs.KERNELS["kda"].regex
+    assert re.search(nsa, "nsa.NsaForward.track_time(32768, 'triton', 'seed', 'recent')")
+    assert not re.search(nsa, "nsa.NsaForward.track_time(4096, 'reference', 'seed', 'recent')")
+    assert not re.search(nsa, "nsa.NsaBackward.track_time(4096, 'triton', 'seed', 'recent')")
+    assert re.search(kda, "kda.KdaVerify.track_time_cold(64, 'fused+ring', 'safe', 'H8-HV8')")
+    assert re.search(kda, "kda.KdaVerify.track_time(1, 'fused', 'safe', 'H8-HV8')")
+    assert not re.search(kda, "kda.KdaVerify.track_time(1, 'unfused+ring', 'safe', 'H8-HV8')")
+    assert not re.search(kda, "kda.KdaVerify.track_peak_vram_bytes(1, 'fused', 'safe', 'H8-HV8')")
+
+
+def test_noise_statistics():
+    samples = [1.0, 1.1, 0.9, 2.0, 2.2, 1.8, 3.0, 3.0, 3.0, 9.0]  # 3 processes of 3, a tail
+    chunks = gs.split_processes(samples, 3)
+    assert chunks == [samples[0:3], samples[3:6], samples[6:9]]
+    s = gs.cv_stats(chunks)
+    assert s["n"] == 3 and s["medians_s"] == [1.0, 2.0, 3.0] and s["median_s"] == 2.0
+    assert s["cv_pct"] == pytest.approx(50.0) and s["range_pct"] == pytest.approx(100.0)
+    table = gs.noise_table({"a(1)": samples, "b(1)": [1.0, 2.0]}, 3)
+    assert list(table) == ["a(1)"]  # b has no complete process
+    assert gs.rounds_done({"a": samples, "b": samples[:6]}, 3) == 2
+    assert gs.rounds_done({}, 3) == 0
+    md = gs.noise_markdown(table)
+    assert "| `a(1)` | 3 | 2000.000 ms | 50.00 | 100.00 |" in md
+
+
+def test_choose_amounts_interpolates_and_extrapolates():
+    curve = {64: 0.5, 128: 1.5, 256: 3.0, 512: 6.0, 1024: 12.0}
+    assert gs.choose_amounts(curve, (1, 2, 5, 10, 20)) == {
+        1: 96,
+        2: 171,
+        5: 427,
+        10: 853,
+        20: 1707,
+    }
+    # A noisy, non-monotone curve is made non-decreasing first; amounts are at least 1.
+    assert gs.choose_amounts({1: 2.0, 2: 1.0, 4: 4.0}, (1.5, 3.0)) == {1.5: 1, 3.0: 3}
+    assert gs.choose_amounts({8: 0.0}, (1,)) == {1: 8}  # nothing measurable: the largest
+
+
+def test_slowdowns():
+    assert gs.slowdowns({0: 2.0, 5: 2.02, 9: 2.2}) == pytest.approx({5: 1.0, 9: 10.0})
+
+
+def test_parse_continuous_and_record():
+    rows = gs.parse_continuous(CONTINUOUS_OUT)
+    assert [(r["mark"], r["ratio"]) for r in rows] == [("+", "4.05"), ("-", "0.50")]
+    nsa_point = "nsa.NsaForward.track_time(40, 'triton', 'tiny-seed', 'random')"
+    assert rows[0]["name"] == nsa_point
+    base = {nsa_point: 0.254, "other(1)": 1.0, "only_base(1)": 1.0}
+    head = {nsa_point: 1.03, "other(1)": 1.01}
+    rec = gs.record_try("detect", CONTINUOUS_OUT, 1, base, head, kernel="nsa", extra=3000)
+    assert rec["worse"] == [nsa_point] and len(rec["better"]) == 1 and rec["rc"] == 1
+    assert rec["ratios"] == pytest.approx({nsa_point: 1.03 / 0.254, "other(1)": 1.01})
+    assert rec["kernel"] == "nsa" and rec["extra"] == 3000
+    assert gs.parse_continuous("BENCHMARKS NOT SIGNIFICANTLY CHANGED.\n") == []
+
+
+def test_matching():
+    recs = [{"kernel": "nsa", "extra": 1, "try_": 1}, {"kernel": "kda", "extra": 1, "try_": 2}]
+    assert gs.matching(recs, kernel="kda") == recs[1:]
+    assert gs.matching(recs, kernel=None, extra=1) == recs
+    assert gs.matching(recs, kernel="nsa", try_=2) == []
+
+
+def calibration():
+    return {
+        "kernel": "nsa",
+        "reference": "p(1)",
+        "targets": {"1": 10, "2": 20},
+        "extras": [10, 20],
+        "ladder_pct": {"10": 0.9, "20": 2.1},
+        "points": {
+            "p(1)": {"base_s": 1e-3, "slowdown_pct": {"10": 0.8, "20": 2.1}},
+            "p(2)": {"base_s": 2e-3, "slowdown_pct": {"10": 0.1, "20": 0.3}},
+        },
+    }
+
+
+def detect_records():
+    def rec(extra, t, worse):
+        r = {"p(1)": 1.0 + extra / 1000, "p(2)": 1.0}
+        return {
+            "kind": "detect",
+            "kernel": "nsa",
+            "extra": extra,
+            "try_": t,
+            "rc": int(bool(worse)),
+            "worse": worse,
+            "better": [],
+            "ratios": r,
+            "wall_s": 5,
+        }
+
+    return [rec(10, 1, ["p(1)"]), rec(10, 2, []), rec(20, 1, ["p(1)"]), rec(20, 2, ["p(1)"])]
+
+
+def test_detection_table():
+    table = gs.detection_table(detect_records(), calibration())
+    p1, p2 = table["p(1)"], table["p(2)"]
+    assert p1["amounts"]["10"]["flagged"] == 1 and p1["amounts"]["10"]["tries"] == 2
+    assert p1["amounts"]["20"]["ratios"] == [1.02, 1.02]
+    assert p1["smallest_pct"] == 2.1  # +0.8% was flagged in one try of two only
+    assert p2["smallest_pct"] is None
+    md = gs.detection_markdown("nsa", table, calibration())
+    assert "+2.1%: 2/2 (1.020, 1.020)" in md and "| never |" in md
+
+
+def test_summary_from_a_study_directory(tmp_path):
+    (tmp_path / "noise.json").write_text(json.dumps(gs.noise_table({"a(1)": [1e-5] * 20}, 10)))
+    aa = {
+        "kind": "aa",
+        "rc": 0,
+        "worse": [],
+        "better": ["b(2)"],
+        "ratios": {"b(2)": 0.93},
+        "wall_s": 100,
+    }
+    (tmp_path / "aa.jsonl").write_text(json.dumps(aa) + "\n")
+    (tmp_path / "calibration-nsa.json").write_text(json.dumps(calibration()))
+    (tmp_path / "detect.jsonl").write_text("".join(json.dumps(r) + "\n" for r in detect_records()))
+    md = gs.summary_markdown(tmp_path, "1.05")
+    assert "| `a(1)` | 2 | 10.0 us | 0.00 | 0.00 |" in md
+    assert "A/A: 1 tries, 1 flags over 1 point comparisons." in md
+    assert "## Detection: nsa.NsaForward" in md and "| `p(2)` |" in md
+    assert "Detection: kda" not in md  # no calibration for it
+
+
+def test_scratch_repository_and_slow_commit(tmp_path):
+    repo = tmp_path / "repo"
+    base, aa = gs.make_clone(repo, tmp_path / "env")
+    assert gs.git(repo, "diff", "--name-only", base, aa) == "docs/gate-study-aa.md"
+    assert gs.make_clone(repo, tmp_path / "env") == (base, aa)  # reused
+    conf = json.loads((repo / "noise.conf.json").read_text())
+    assert conf["results_dir"] == "results-noise" and conf["env_dir"] == str(tmp_path / "env")
+    head = gs.slow_commit(repo, "kda", 11)
+    assert gs.slow_commit(repo, "kda", 11) == head
+    path = gs.KERNELS["kda"].path
+    assert gs.git(repo, "diff", "--name-only", base, head) == path
+    want = gs.patch_source(source("kda"), gs.KERNELS["kda"].hunks, 11)
+    assert gs.git(repo, "show", f"{head}:{path}") + "\n" == want
+    assert (repo / path).read_text() == source("kda")  # the working tree is untouched
+    assert gs.git(repo, "status", "--porcelain", "--untracked-files=no") == ""
+
+
+@pytest.mark.slow
+def test_noise_stage_end_to_end_in_smoke_mode(tmp_path):
+    """tools/gpu_gate_study.sh, noise stage, 2 processes of the fast reference benchmark."""
+    reason = smoke.available()
+    if reason:
+        pytest.skip(reason)
+    home, out, study = tmp_path / "home", tmp_path / "out", tmp_path / "study"
+    smoke.register_machine(home)
+    env = dict(
+        smoke.env(home),
+        HOST_PY=str(smoke.VPY),
+        MACHINE=smoke.MACHINE,
+        STAGES="noise",
+        NOISE_N="2",
+        NOISE_BENCH=r"nsa\.NsaForward\.track_time\(.*'reference'",
+        OUT=str(out),
+        STUDY=str(study),
+        ASV_ENV_DIR=str(smoke.SHARED_ENV_DIR),
+        WHEELHOUSE=str(tmp_path / "none"),
+    )
+    res = subprocess.run(
+        ["bash", str(ROOT / "tools" / "gpu_gate_study.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    log = res.stdout + res.stderr
+    assert res.returncode == 0, log[-4000:]
+    assert sorted(os.listdir(out)) == ["gate_study.log", "study.tar.gz", "summary.md"]
+    noise = json.loads((study / "noise.json").read_text())
+    ((name, stats),) = noise.items()
+    assert name == "nsa.NsaForward.track_time(40, 'reference', 'tiny-seed', 'random')"
+    assert stats["n"] == 2 and len(stats["medians_s"]) == 2
+    assert "noise round 2: exit 0" in log and "noise round 3" not in log
+    assert "## Noise" in (out / "summary.md").read_text()

@@ -1,0 +1,827 @@
+#!/usr/bin/env python3
+"""How far the regression gate can be trusted: noise, A/A false positives, detection power.
+
+The gate is `asv continuous BASE HEAD --factor F` (docs/benchmarks.md, "Gate settings").
+This tool holds the pieces of a study of it; tools/gpu_gate_study.sh runs them in order on a
+GPU host and docs/measurement.md ("Not yet shown") says what each result answers.
+
+    clone DIR                scratch repository of the working tree: commit `gate-base`, then
+                             `gate-aa` (base + a docs-only commit), and two asv configurations
+                             (gate.conf.json, noise.conf.json) with separate results dirs
+    slow DIR KERNEL EXTRA    commit base + KERNEL's slow-down patch with EXTRA steps (branch
+                             gate-slow-KERNEL-EXTRA, working tree untouched); prints the hash
+    calibrate KERNEL --out F per-call slowdown of the patched kernel at every gated point of
+                             its benchmark class, measured directly (CUDA-graph replay through
+                             benchmarks.common.per_call_seconds), and the EXTRA amounts that
+                             come closest to the target slowdowns; checks that the patched
+                             kernel's output is bitwise the original's
+    amounts F / regex KERNEL the chosen EXTRA amounts of a calibration file / the asv -b regex
+    rounds / noise           process rounds held by, and the CV table of, `asv run
+                             --append-samples` results of one commit
+    record KIND LOG ...      one `asv continuous` try: rows flagged in its output (parsed) and
+                             every point's median ratio (from the stored results), as a line
+                             of a JSONL file
+    tries JSONL [...]        how many recorded tries match, and the last one's wall seconds
+    summary DIR              summary.md from everything in the study directory
+
+KERNEL is `nsa` (the NSA selection forward, benchmark class nsa.NsaForward) or `kda` (the
+fused KDA verify, kda.KdaVerify). The slow-down patch adds, inside the Triton kernel, EXTRA
+dependent fp32 multiply-adds per program after its own stores; their result is stored only
+when a new runtime float argument is positive, and the wrapper always passes 0.0. Triton
+never specializes float arguments, so the compiler cannot drop the work, and nothing the
+kernel writes changes (calibrate checks this bit for bit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import itertools
+import json
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE_TAG, AA_TAG = "gate-base", "gate-aa"
+CONFS = {"gate.conf.json": "results-gate", "noise.conf.json": "results-noise"}
+DEFAULT_TARGETS = (1.0, 2.0, 5.0, 10.0)
+# Fixed identity and dates: the same working tree gives the same commit hashes on any host.
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "gate study",
+    "GIT_AUTHOR_EMAIL": "gate-study@example.invalid",
+    "GIT_COMMITTER_NAME": "gate study",
+    "GIT_COMMITTER_EMAIL": "gate-study@example.invalid",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+}
+
+
+# ---------------------------------------------------------------------------------------
+# The slow-down patches
+
+
+@dataclass(frozen=True)
+class Hunk:
+    """Insert `text` after (or before) the one line whose stripped text is `anchor`.
+
+    `text` is dedented and indented like the anchor line (or by `indent` spaces); `{extra}`
+    in it becomes the amount.
+    """
+
+    anchor: str
+    text: str
+    before: bool = False
+    indent: int | None = None
+
+
+# The dependent chain: x <- x * c + d, c = 1 - 2**-10, in fp32 (no fast math: it cannot be
+# folded into a closed form), EXTRA times.
+_CHAIN = """\
+for _ in range(EXTRA):
+    b_x = b_x * 0.9990234375 + 0.5
+"""
+
+NSA_HUNKS = (
+    Hunk("T, NB, Hq, G, qk_scale,", "gate_never,"),
+    Hunk("USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr,", "EXTRA: tl.constexpr,"),
+    Hunk(
+        "tl.store(LSE + o_row // D, b_lse, mask=row_ok)",
+        "# gate-study extra work: EXTRA dependent steps per row after the kernel's own stores;\n"
+        "# the store needs gate_never > 0, which the wrapper never passes.\n"
+        "b_x = b_l\n"
+        + _CHAIN
+        + "tl.store(LSE + o_row // D, b_x, mask=row_ok & (gate_never > 0.0))\n",
+    ),
+    Hunk("dims.T, dims.NB, dims.Hq, dims.G, dims.scale * LOG2E,", "0.0,  # gate_never"),
+    Hunk("BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **flags,", "EXTRA={extra},"),
+)
+
+KDA_HUNKS = (
+    Hunk("lower_bound,", "gate_never,"),
+    Hunk("RING: tl.constexpr,", "EXTRA: tl.constexpr,"),
+    Hunk(
+        "def fused_kda_conv_gating_verify(",
+        "# gate-study extra work: EXTRA dependent steps per program after its own stores;\n"
+        "# the store needs gate_never > 0, which the wrapper never passes.\n"
+        "b_x = tl.zeros([BLOCK_V], dtype=tl.float32) + b_A_log\n"
+        + _CHAIN
+        + "p_x = o + i_tok * s_o_n + i_hv * s_o_h + o_v\n"
+        "tl.store(p_x, b_x.to(o.dtype.element_ty), mask=(o_v >= 0) & (gate_never > 0.0))\n\n\n",
+        before=True,
+        indent=4,
+    ),
+    Hunk("0.0 if lower_bound is None else float(lower_bound),", "0.0,  # gate_never"),
+    Hunk("RING=bool(cache_ring),", "EXTRA={extra},"),
+)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    path: str  # the patched file, relative to the repository root
+    module: str  # its module
+    api_attr: str  # the public function the benchmark calls, defined in that module
+    bench: str  # benchmark module.class
+    methods: tuple[str, ...]  # the gated timing methods
+    uses: str  # a parameter value (at index 1) that selects the patched kernel
+    reference: tuple  # the calibration's reference point (GPU mode)
+    ladder: tuple[int, ...]  # EXTRA amounts tried at the reference point (GPU mode)
+    hunks: tuple[Hunk, ...]
+
+    @property
+    def regex(self):
+        """asv -b regex: the gated timing methods at the points that call the kernel."""
+        cls = re.escape(self.bench)
+        methods = "|".join(self.methods)
+        return rf"{cls}\.({methods})\(.*'{re.escape(self.uses)}"
+
+
+KERNELS = {
+    "nsa": Kernel(
+        name="nsa",
+        path="src/kernels/nsa/forward.py",
+        module="kernels.nsa.forward",
+        api_attr="selection_forward_triton",
+        bench="nsa.NsaForward",
+        methods=("track_time",),
+        uses="triton",
+        reference=(32768, "triton", "seed", "recent"),
+        ladder=(64, 128, 256, 512, 1024, 2048, 4096, 8192),
+        hunks=NSA_HUNKS,
+    ),
+    "kda": Kernel(
+        name="kda",
+        path="src/kernels/kda/fused_verify.py",
+        module="kernels.kda.fused_verify",
+        api_attr="fused_kda_conv_gating_verify",
+        bench="kda.KdaVerify",
+        methods=("track_time", "track_time_cold"),
+        uses="fused",
+        reference=(64, "fused+ring", "safe", "H8-HV8"),
+        ladder=(4, 8, 16, 32, 64, 128, 256, 512, 1024),
+        hunks=KDA_HUNKS,
+    ),
+}
+SMOKE_LADDER = (2, 4)
+
+
+def patch_source(source, hunks, extra):
+    """`source` with every hunk applied; ValueError when an anchor is not exactly one line."""
+    lines = source.splitlines(keepends=True)
+    for hunk in hunks:
+        at = [i for i, line in enumerate(lines) if line.strip() == hunk.anchor]
+        if len(at) != 1:
+            raise ValueError(f"patch anchor {hunk.anchor!r} found {len(at)} times, want 1")
+        i = at[0]
+        pad = " " * (hunk.indent if hunk.indent is not None else _indent(lines[i]))
+        body = textwrap.dedent(hunk.text).replace("{extra}", str(int(extra)))
+        body += "" if body.endswith("\n") else "\n"
+        new = [(pad + ln if ln.strip() else ln) for ln in body.splitlines(keepends=True)]
+        lines[i if hunk.before else i + 1 : i if hunk.before else i + 1] = new
+    return "".join(lines)
+
+
+def _indent(line):
+    return len(line) - len(line.lstrip(" "))
+
+
+def load_patched(kernel, extra, workdir=None):
+    """The kernel's module with the patch of `extra` steps applied (see load_source)."""
+    text = patch_source((ROOT / KERNELS[kernel].path).read_text(), KERNELS[kernel].hunks, extra)
+    return load_source(kernel, f"gate_extra{extra}", text, workdir)
+
+
+def load_source(kernel, tag, text, workdir=None):
+    """Module source `text` imported as a sibling of the kernel's module (same package, so
+    its relative imports resolve), from a file in `workdir` (Triton reads kernel source
+    from the file)."""
+    k = KERNELS[kernel]
+    importlib.import_module(k.module.rsplit(".", 1)[0])
+    workdir = Path(workdir or tempfile.mkdtemp(prefix="gate_study_"))
+    name = f"{k.module}_{tag}"
+    path = workdir / f"{name.rsplit('.', 1)[1]}.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# ---------------------------------------------------------------------------------------
+# The scratch repository
+
+
+def git(repo, *args, env=None, input=None):
+    res = subprocess.run(
+        ["git", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **GIT_ENV, **(env or {})},
+        input=input,
+    )
+    return res.stdout.strip()
+
+
+def make_clone(dest, env_dir):
+    """Scratch repository of the working tree (tracked and untracked, not ignored files):
+    commit gate-base, then gate-aa (a docs-only commit on top, branch main), plus the asv
+    configurations. Reused when it exists. Returns (base, aa) hashes."""
+    dest = Path(dest)
+    if not (dest / ".git").exists():
+        files = git(ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+        for rel in filter(None, files.split("\0")):
+            src = ROOT / rel
+            if src.is_file():
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dest / rel)
+        git(dest, "init", "-q", "-b", "main")
+        git(dest, "add", "-A")
+        git(dest, "commit", "-q", "-m", "gate study: base (the working tree)")
+        git(dest, "tag", BASE_TAG)
+        note = dest / "docs" / "gate-study-aa.md"
+        note.parent.mkdir(parents=True, exist_ok=True)
+        note.write_text("A documentation-only commit: the A/A pair of the gate study.\n")
+        git(dest, "add", "-A")
+        git(dest, "commit", "-q", "-m", "gate study: docs-only commit (A/A)")
+        git(dest, "tag", AA_TAG)
+    write_confs(dest, env_dir)
+    return git(dest, "rev-parse", BASE_TAG), git(dest, "rev-parse", AA_TAG)
+
+
+def write_confs(repo, env_dir):
+    """The project's asv configuration with its own results dir per study part, written
+    untracked into the scratch repository (asv runs there with --config)."""
+    from asv.util import load_json
+
+    for name, results in CONFS.items():
+        conf = load_json(str(Path(repo) / "asv.conf.json"), js_comments=True)
+        conf.update(repo=".", results_dir=results, html_dir="html", env_dir=str(env_dir))
+        (Path(repo) / name).write_text(json.dumps(conf, indent=2))
+
+
+def slow_commit(repo, kernel, extra):
+    """Commit gate-base + the kernel's patch with `extra` steps on branch
+    gate-slow-KERNEL-EXTRA without touching the working tree; returns its hash."""
+    k, branch = KERNELS[kernel], f"gate-slow-{kernel}-{int(extra)}"
+    try:
+        return git(repo, "rev-parse", "--verify", "-q", f"refs/heads/{branch}")
+    except subprocess.CalledProcessError:
+        pass
+    source = git(repo, "show", f"{BASE_TAG}:{k.path}") + "\n"
+    blob = git(repo, "hash-object", "-w", "--stdin", input=patch_source(source, k.hunks, extra))
+    with tempfile.TemporaryDirectory() as tmp:
+        index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        git(repo, "read-tree", BASE_TAG, env=index)
+        git(repo, "update-index", "--cacheinfo", f"100644,{blob},{k.path}", env=index)
+        tree = git(repo, "write-tree", env=index)
+    msg = f"gate study: {k.bench} kernel +{int(extra)} extra steps ({k.path})"
+    commit = git(repo, "commit-tree", tree, "-p", BASE_TAG, "-m", msg)
+    git(repo, "branch", "-f", branch, commit)
+    return commit
+
+
+# ---------------------------------------------------------------------------------------
+# Calibration: the patched kernel timed directly
+
+
+def _bench_module():
+    for p in (str(ROOT), str(ROOT / "src")):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    import benchmarks.common as common
+
+    return common
+
+
+def point_name(bench, method, params):
+    """asv's name of one parameter set, as in `asv continuous` output."""
+    return f"{bench}.{method}({', '.join(repr(p) for p in params)})"
+
+
+def gated_points(kernel):
+    """Parameter sets of the kernel's benchmark class (this mode's grid) that call it."""
+    import benchmarks  # noqa: F401
+
+    k = KERNELS[kernel]
+    mod_name, cls_name = k.bench.split(".")
+    cls = getattr(importlib.import_module(f"benchmarks.{mod_name}"), cls_name)
+    return cls, [p for p in itertools.product(*cls.params) if str(p[1]).startswith(k.uses)]
+
+
+def _rebind(bench, kernel, api):
+    """Point a set-up benchmark instance at `api`; returns a callable giving its output."""
+    bench.api = api
+    if kernel == "nsa":
+        bench.prepare()
+        return bench.peak_fn
+    bench.fn = bench.call(seed=0)
+    return bench.fn
+
+
+def _median_time(bench, method, params):
+    return statistics.median(getattr(bench, method)(*params)["samples"])
+
+
+def measure_point(kernel, cls, params, variants, reps):
+    """{method: {extra: median per-call seconds}} at one point, variants interleaved `reps`
+    times (extra 0 is the original kernel); raises when a patched output differs."""
+    import torch
+
+    k = KERNELS[kernel]
+    bench = cls()
+    bench.setup(*params)
+    try:
+        base_api = bench.api
+        apis = {e: _patched_api(base_api, kernel, m) for e, m in variants.items()}
+        ref = _rebind(bench, kernel, base_api)().clone()
+        for extra, api in apis.items():
+            got = _rebind(bench, kernel, api)()
+            if not torch.equal(got, ref):
+                raise AssertionError(f"{kernel} +{extra}: the patched kernel's output differs")
+        times = {m: {e: [] for e in apis} for m in k.methods}
+        for _ in range(reps):
+            for extra, api in apis.items():
+                _rebind(bench, kernel, api)
+                for method in k.methods:
+                    times[method][extra].append(_median_time(bench, method, params))
+        return {m: {e: statistics.median(v) for e, v in t.items()} for m, t in times.items()}
+    finally:
+        if hasattr(bench, "teardown"):
+            bench.teardown(*params)
+        del bench
+        _bench_module().free_memory()
+
+
+def _patched_api(api, kernel, mod):
+    """The benchmark's API namespace with the kernel's function taken from `mod` (None: as is)."""
+    if mod is None:
+        return api
+    attr = KERNELS[kernel].api_attr
+    return SimpleNamespace(**{**vars(api), attr: getattr(mod, attr)})
+
+
+def slowdowns(times):
+    """{extra: percent} from {extra: seconds}; extra 0 is the baseline."""
+    base = times[0]
+    return {e: 100.0 * (t / base - 1.0) for e, t in times.items() if e != 0}
+
+
+def choose_amounts(curve, targets):
+    """{target: extra}: for each target slowdown (percent), the amount interpolated on the
+    measured curve {extra: percent} (made non-decreasing first; (0, 0) implied), or scaled
+    from the largest amount when no measured point reaches the target."""
+    pts = [(0, 0.0)]
+    for extra in sorted(curve):
+        pts.append((extra, max(curve[extra], pts[-1][1])))
+    out = {}
+    for target in targets:
+        chosen = None
+        for (e0, s0), (e1, s1) in itertools.pairwise(pts):
+            if s0 < target <= s1:
+                chosen = e0 + (target - s0) * (e1 - e0) / (s1 - s0)
+                break
+        if chosen is None:
+            e_max, s_max = pts[-1]
+            chosen = e_max * target / s_max if s_max > 0 else e_max
+        out[target] = max(1, round(chosen))
+    return out
+
+
+def calibrate(kernel, targets=DEFAULT_TARGETS, reps=3, ladder=None, extras=None):
+    """Calibrate the kernel's slow-down patch: the ladder at the reference point and the
+    amounts interpolated from it for `targets` (or the given `extras` instead), then those
+    amounts at every gated point. Returns a JSON-ready dict."""
+    common = _bench_module()
+    k = KERNELS[kernel]
+    cls, points = gated_points(kernel)
+    method = k.methods[-1]  # the cold figure for KDA (its targets are stated on it)
+    reference = k.reference if k.reference in points else points[0]
+    workdir = tempfile.mkdtemp(prefix="gate_study_")
+    mods = {}
+
+    def variants(amounts):
+        for e in amounts:
+            if e not in mods:
+                mods[e] = load_patched(kernel, e, workdir=workdir)
+        return {0: None, **{e: mods[e] for e in amounts}}
+
+    result = {
+        "kernel": kernel,
+        "mode": common.MODE_NAME,
+        "reference": point_name(k.bench, method, reference),
+        "ladder_pct": {},
+        "targets": {},
+        "extras": sorted(set(extras or ())),
+        "points": {},
+    }
+    if not extras:
+        ladder = tuple(ladder or (SMOKE_LADDER if common.SMOKE else k.ladder))
+        curve = slowdowns(measure_point(kernel, cls, reference, variants(ladder), reps)[method])
+        amounts = choose_amounts(curve, targets)
+        result["ladder_pct"] = {str(e): s for e, s in curve.items()}
+        result["targets"] = {f"{t:g}": e for t, e in amounts.items()}
+        result["extras"] = sorted(set(amounts.values()))
+    for params in points:
+        try:
+            times = measure_point(kernel, cls, params, variants(result["extras"]), reps)
+        except NotImplementedError as exc:
+            print(f"calibrate {kernel}: skip {params}: {exc}", file=sys.stderr)
+            continue
+        for m, t in times.items():
+            result["points"][point_name(k.bench, m, params)] = {
+                "base_s": t[0],
+                "slowdown_pct": {str(e): s for e, s in slowdowns(t).items()},
+            }
+    shutil.rmtree(workdir, ignore_errors=True)
+    return result
+
+
+# ---------------------------------------------------------------------------------------
+# Noise: per-process medians of asv results with appended samples
+
+
+def split_processes(samples, per_process):
+    """Consecutive chunks of `per_process` samples (one per process); a partial tail is
+    dropped."""
+    n = len(samples) // per_process
+    return [samples[i * per_process : (i + 1) * per_process] for i in range(n)]
+
+
+def cv_stats(chunks):
+    """Spread of the per-process medians: n, their median, CV% (sample stdev / mean) and
+    range% (max - min over the median)."""
+    meds = [statistics.median(c) for c in chunks]
+    mid = statistics.median(meds)
+    cv = 100.0 * statistics.stdev(meds) / statistics.fmean(meds) if len(meds) > 1 else math.nan
+    return {
+        "n": len(meds),
+        "median_s": mid,
+        "cv_pct": cv,
+        "range_pct": 100.0 * (max(meds) - min(meds)) / mid,
+        "medians_s": meds,
+    }
+
+
+def stored_samples(results_dir, machine, commit):
+    """{point name: samples} of one commit's stored results (points without samples left out)."""
+    from asv.results import iter_results_for_machine_and_hash
+
+    out = {}
+    for res in iter_results_for_machine_and_hash(str(results_dir), machine, commit):
+        for key in res.get_all_result_keys():
+            params = res.get_result_params(key)
+            combos = itertools.product(*params) if params else [()]
+            samples = res.get_result_samples(key, params)
+            for combo, s in zip(combos, samples, strict=True):
+                if s:
+                    out[f"{key}({', '.join(combo)})" if params else key] = list(s)
+    return out
+
+
+def stored_values(results_dir, machine, commit):
+    """{point name: value} (asv's median; None and NaN left out) of one commit's results."""
+    from asv.results import iter_results_for_machine_and_hash
+
+    out = {}
+    for res in iter_results_for_machine_and_hash(str(results_dir), machine, commit):
+        for key in res.get_all_result_keys():
+            params = res.get_result_params(key)
+            combos = itertools.product(*params) if params else [()]
+            for combo, v in zip(combos, res.get_result_value(key, params), strict=True):
+                if v is not None and v == v:
+                    out[f"{key}({', '.join(combo)})" if params else key] = v
+    return out
+
+
+def noise_table(samples, per_process):
+    """{point: cv_stats} for every point with at least one complete process."""
+    out = {}
+    for name, s in sorted(samples.items()):
+        chunks = split_processes(s, per_process)
+        if chunks:
+            out[name] = cv_stats(chunks)
+    return out
+
+
+def rounds_done(samples, per_process):
+    """Complete process rounds every point holds (0 when there is nothing)."""
+    counts = [len(s) // per_process for s in samples.values()]
+    return min(counts) if counts else 0
+
+
+def default_per_process():
+    return _bench_module().SAMPLES
+
+
+# ---------------------------------------------------------------------------------------
+# asv continuous output
+
+
+_ROW = re.compile(r"^\|\s*([+\-!x*]?)\s*\|([^|]*)\|([^|]*)\|([^|]*)\|\s*(.+?)\s*\|\s*$")
+
+
+def parse_continuous(text):
+    """Rows of the comparison tables in `asv continuous` / `asv compare` output:
+    [{mark, before, after, ratio, name}] (mark: '+' worse, '-' better, '!' newly failing)."""
+    rows = []
+    for line in text.splitlines():
+        m = _ROW.match(line.strip())
+        if not m or m.group(5).startswith(("Benchmark", "---")):
+            continue
+        mark, before, after, ratio, name = (g.strip() for g in m.groups())
+        rows.append({"mark": mark, "before": before, "after": after, "ratio": ratio, "name": name})
+    return rows
+
+
+def record_try(kind, log_text, rc, base_values, head_values, **extra):
+    """One continuous try as a JSON-ready dict: flagged rows from its output, and the median
+    ratio head/base of every point both commits hold."""
+    rows = parse_continuous(log_text)
+    ratios = {n: head_values[n] / base_values[n] for n in base_values if n in head_values}
+    return {
+        "kind": kind,
+        "rc": rc,
+        "worse": sorted(r["name"] for r in rows if r["mark"] in ("+", "!")),
+        "better": sorted(r["name"] for r in rows if r["mark"] == "-"),
+        "ratios": ratios,
+        **extra,
+    }
+
+
+def read_jsonl(path):
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def matching(records, **fields):
+    """The records whose fields equal every given (not None) value."""
+    want = {k: v for k, v in fields.items() if v is not None}
+    return [r for r in records if all(r.get(k) == v for k, v in want.items())]
+
+
+# ---------------------------------------------------------------------------------------
+# Tables
+
+
+def fmt_time(seconds):
+    return f"{seconds * 1e6:.1f} us" if seconds < 1e-3 else f"{seconds * 1e3:.3f} ms"
+
+
+def noise_markdown(table):
+    lines = [
+        "| benchmark | processes | median | CV % | range % |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, s in table.items():
+        lines.append(
+            f"| `{name}` | {s['n']} | {fmt_time(s['median_s'])} | "
+            f"{s['cv_pct']:.2f} | {s['range_pct']:.2f} |"
+        )
+    if table:
+        cvs = [s["cv_pct"] for s in table.values() if s["cv_pct"] == s["cv_pct"]]
+        if cvs:
+            lines.append(
+                f"\nCV over points: median {statistics.median(cvs):.2f} %, max {max(cvs):.2f} %."
+            )
+    return "\n".join(lines)
+
+
+def aa_markdown(records):
+    lines = [
+        "| try | exit | flagged worse | flagged better | largest ratio |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for i, r in enumerate(records, 1):
+        top = max(r["ratios"].items(), key=lambda kv: kv[1], default=("-", math.nan))
+        lines.append(
+            f"| {i} | {r['rc']} | {len(r['worse'])} {_names(r['worse'])} | "
+            f"{len(r['better'])} {_names(r['better'])} | {top[1]:.4f} `{top[0]}` |"
+        )
+    flagged = sum(len(r["worse"]) + len(r["better"]) for r in records)
+    points = sum(len(r["ratios"]) for r in records)
+    lines.append(f"\nA/A: {len(records)} tries, {flagged} flags over {points} point comparisons.")
+    return "\n".join(lines)
+
+
+def _names(names):
+    return "(" + ", ".join(f"`{n}`" for n in names) + ")" if names else ""
+
+
+def detection_table(records, calibration):
+    """Per point: for every amount, the calibrated slowdown and how many tries flagged it;
+    and the smallest calibrated slowdown flagged in every try (None: never).
+
+    Returns {point: {"amounts": {extra: {slowdown_pct, flagged, tries, ratios}},
+    "smallest_pct": float | None}}."""
+    out = {}
+    for name, cal in calibration["points"].items():
+        amounts = {}
+        for extra, pct in sorted(cal["slowdown_pct"].items(), key=lambda kv: int(kv[0])):
+            tries = [r for r in records if str(r["extra"]) == extra and name in r["ratios"]]
+            flagged = sum(name in r["worse"] for r in tries)
+            ratios = [r["ratios"][name] for r in tries]
+            amounts[extra] = {
+                "slowdown_pct": pct,
+                "tries": len(tries),
+                "flagged": flagged,
+                "ratios": ratios,
+            }
+        always = [
+            a["slowdown_pct"] for a in amounts.values() if a["tries"] and a["flagged"] == a["tries"]
+        ]
+        out[name] = {"amounts": amounts, "smallest_pct": min(always) if always else None}
+    return out
+
+
+def detection_markdown(kernel, table, calibration):
+    extras = [str(e) for e in calibration["extras"]]
+    head = " | ".join(f"+{e} steps" for e in extras)
+    lines = [
+        f"Kernel `{kernel}`; reference `{calibration['reference']}`; targets (percent -> "
+        f"steps) {calibration['targets']}. Cell: calibrated slowdown %, flagged / tries, "
+        "asv median ratios.",
+        "",
+        f"| benchmark | {head} | smallest flagged in every try |",
+        "| --- | " + " | ".join("---" for _ in extras) + " | --- |",
+    ]
+    for name, row in table.items():
+        cells = []
+        for e in extras:
+            a = row["amounts"].get(e)
+            if a is None:
+                cells.append("-")
+                continue
+            ratios = ", ".join(f"{x:.3f}" for x in a["ratios"])
+            cells.append(f"{a['slowdown_pct']:+.1f}%: {a['flagged']}/{a['tries']} ({ratios})")
+        best = row["smallest_pct"]
+        lines.append(f"| `{name}` | " + " | ".join(cells) + f" | {_pct(best)} |")
+    worst = [r["smallest_pct"] for r in table.values()]
+    if worst and all(w is not None for w in worst):
+        lines.append(f"\nEvery point flagged in every try from {max(worst):+.1f}% on.")
+    return "\n".join(lines)
+
+
+def _pct(x):
+    return "never" if x is None else f"{x:+.1f}%"
+
+
+def summary_markdown(study, factor):
+    study = Path(study)
+    parts = [f"# Gate study (asv continuous --factor {factor})", ""]
+    noise = study / "noise.json"
+    if noise.exists():
+        data = json.loads(noise.read_text())
+        parts += [
+            "## Noise: per-process medians over fresh processes",
+            "",
+            noise_markdown(data),
+            "",
+        ]
+    aa = read_jsonl(study / "aa.jsonl")
+    if aa:
+        parts += [
+            "## A/A: asv continuous between commits with identical kernels",
+            "",
+            aa_markdown(aa),
+            "",
+        ]
+    detect = read_jsonl(study / "detect.jsonl")
+    for kernel in KERNELS:
+        cal_path = study / f"calibration-{kernel}.json"
+        if not cal_path.exists():
+            continue
+        cal = json.loads(cal_path.read_text())
+        recs = [r for r in detect if r.get("kernel") == kernel]
+        parts += [
+            f"## Detection: {KERNELS[kernel].bench}",
+            "",
+            detection_markdown(kernel, detection_table(recs, cal), cal),
+            "",
+        ]
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------------------------------
+# Command line
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("clone")
+    p.add_argument("dest")
+    p.add_argument("--env-dir", required=True, help="asv env_dir of the scratch configurations")
+    p = sub.add_parser("slow")
+    p.add_argument("repo")
+    p.add_argument("kernel", choices=KERNELS)
+    p.add_argument("extra", type=int)
+    p = sub.add_parser("calibrate")
+    p.add_argument("kernel", choices=KERNELS)
+    p.add_argument("--out", required=True)
+    p.add_argument("--targets", type=float, nargs="+", default=DEFAULT_TARGETS)
+    p.add_argument("--ladder", type=int, nargs="+")
+    p.add_argument("--extras", type=int, nargs="+", help="these amounts, no ladder search")
+    p.add_argument("--reps", type=int, default=3)
+    p = sub.add_parser("amounts")
+    p.add_argument("calibration")
+    p = sub.add_parser("regex")
+    p.add_argument("kernel", choices=KERNELS)
+    for name in ("rounds", "noise"):
+        p = sub.add_parser(name)
+        p.add_argument("--results", required=True)
+        p.add_argument("--machine", required=True)
+        p.add_argument("--commit", required=True)
+        p.add_argument("--per-process", type=int, help="samples per process (default: suite's)")
+        p.add_argument("--out")
+    p = sub.add_parser("record")
+    p.add_argument("kind", choices=("aa", "detect"))
+    p.add_argument("log")
+    p.add_argument("--rc", type=int, required=True)
+    p.add_argument("--results", required=True)
+    p.add_argument("--machine", required=True)
+    p.add_argument("--base", required=True)
+    p.add_argument("--head", required=True)
+    p.add_argument("--jsonl", required=True)
+    p.add_argument("--kernel")
+    p.add_argument("--extra", type=int)
+    p.add_argument("--wall-s", type=float)
+    p.add_argument("--try", dest="try_", type=int)
+    p = sub.add_parser("tries")
+    p.add_argument("jsonl")
+    p.add_argument("--kernel")
+    p.add_argument("--extra", type=int)
+    p.add_argument("--try", dest="try_", type=int)
+    p = sub.add_parser("summary")
+    p.add_argument("study")
+    p.add_argument("--factor", default="1.05")
+    args = ap.parse_args(argv)
+
+    if args.cmd == "clone":
+        base, aa = make_clone(args.dest, Path(args.env_dir).resolve())
+        print(base, aa)
+    elif args.cmd == "slow":
+        print(slow_commit(args.repo, args.kernel, args.extra))
+    elif args.cmd == "calibrate":
+        result = calibrate(args.kernel, args.targets, args.reps, args.ladder, args.extras)
+        Path(args.out).write_text(json.dumps(result, indent=1))
+        print(json.dumps({k: result[k] for k in ("reference", "ladder_pct", "targets")}))
+    elif args.cmd == "amounts":
+        print(" ".join(str(e) for e in json.loads(Path(args.calibration).read_text())["extras"]))
+    elif args.cmd == "regex":
+        print(KERNELS[args.kernel].regex)
+    elif args.cmd in ("rounds", "noise"):
+        per = args.per_process or default_per_process()
+        samples = stored_samples(args.results, args.machine, args.commit)
+        if args.cmd == "rounds":
+            print(rounds_done(samples, per))
+            return
+        table = noise_table(samples, per)
+        if args.out:
+            Path(args.out).write_text(json.dumps(table, indent=1))
+        print(noise_markdown(table))
+    elif args.cmd == "record":
+        rec = record_try(
+            args.kind,
+            Path(args.log).read_text(errors="replace"),
+            args.rc,
+            stored_values(args.results, args.machine, args.base),
+            stored_values(args.results, args.machine, args.head),
+            kernel=args.kernel,
+            extra=args.extra,
+            try_=args.try_,
+            wall_s=args.wall_s,
+            base=args.base,
+            head=args.head,
+        )
+        with open(args.jsonl, "a") as fh:
+            fh.write(json.dumps(rec) + "\n")
+        print(
+            f"record {args.kind}: exit {rec['rc']}, worse {len(rec['worse'])}, "
+            f"better {len(rec['better'])}, points {len(rec['ratios'])}"
+        )
+    elif args.cmd == "tries":
+        recs = matching(
+            read_jsonl(args.jsonl), kernel=args.kernel, extra=args.extra, try_=args.try_
+        )
+        print(len(recs), int(recs[-1]["wall_s"] or 0) if recs else 0)
+    elif args.cmd == "summary":
+        print(summary_markdown(args.study, args.factor))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# The regression gate's own numbers on a GPU host: noise, A/A false positives, detection.
+#
+#   OUT=/some/dir bash tools/gpu_gate_study.sh                       # all stages
+#   OUT=/some/dir STAGES=noise bash tools/gpu_gate_study.sh          # one stage
+#
+# Same set-up as tools/gpu_asv.sh (tools/asv_host_env.sh: wheelhouse in .whl/, HOST_PY with
+# CUDA torch and Triton, no network). Everything runs in a scratch repository,
+# $STUDY/repo (tools/gate_study.py clone: commit gate-base = this working tree, gate-aa = base
+# + a docs-only commit), never in this checkout's history or results/.
+#
+# Stages (STAGES, default "noise aa detect"); each resumes where an earlier call stopped
+# (state in $STUDY, default .asv/gate_study, kept while the machine is):
+#   noise   `asv run gate-base^! --append-samples` on NOISE_BENCH (asv -b regex, default
+#           every timing: track_time and track_time_cold), one fresh process per point per
+#           call of asv run, until NOISE_N (default 5) processes per point; then the CV of
+#           the per-process medians. About 2 min per round for the default suite's timings.
+#   aa      `asv continuous gate-base gate-aa --factor FACTOR -b AA_BENCH` (default the same
+#           timings), AA_TRIES times (default 3): every flag is a false positive.
+#           About 4 min per try.
+#   detect  calibration first (tools/gate_study.py calibrate, 2 to 4 min per kernel): the
+#           EXTRA amounts that slow the NSA forward and the fused KDA verify kernels by
+#           DETECT_TARGETS percent (default "1 2 5 10") at their reference points, and the
+#           slowdown each amount gives at every gated point; then, for each kernel and
+#           amount, DETECT_TRIES (default 3) times `asv continuous gate-base <slowed commit>
+#           --factor FACTOR -b <that kernel's points>`. About 1 min per try.
+# Anything past DEADLINE_S seconds (default 540) is skipped with a note, so one call fits a
+# 10-minute limit; call again for the rest.
+#
+# Other knobs: MACHINE (default h200), FACTOR (default 1.05, the gate's), DETECT_KERNELS
+# (default "nsa kda"), DETECT_EXTRAS_NSA / DETECT_EXTRAS_KDA (EXTRA amounts to calibrate and test
+# instead of the targets' search), CAL_REPS (default 3), ASV_ENV_DIR (default .asv/env, shared with
+# tools/gpu_asv.sh), LAUNCH, WHEELHOUSE, HOST_PY, ATTNBENCH_SMOKE (1: the CPU smoke suite).
+# Writes to $OUT (3 files): summary.md (tables), gate_study.log (everything), study.tar.gz
+# (noise.json, aa.jsonl, detect.jsonl, calibration-*.json, every asv continuous log).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+exec > >(tee "$OUT/gate_study.log") 2>&1
+START=$(date +%s)
+STAGES=${STAGES:-noise aa detect}
+DEADLINE_S=${DEADLINE_S:-540}
+MACHINE=${MACHINE:-h200}
+FACTOR=${FACTOR:-1.05}
+STUDY=${STUDY:-$ROOT/.asv/gate_study}
+TIMINGS='\.track_time(_cold)?\('
+NOISE_N=${NOISE_N:-5}
+NOISE_BENCH=${NOISE_BENCH:-$TIMINGS}
+AA_TRIES=${AA_TRIES:-3}
+AA_BENCH=${AA_BENCH:-$TIMINGS}
+DETECT_TRIES=${DETECT_TRIES:-3}
+DETECT_KERNELS=${DETECT_KERNELS:-nsa kda}
+DETECT_TARGETS=${DETECT_TARGETS:-1 2 5 10}
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+
+source tools/asv_host_env.sh || exit 1
+GS=("$HOST_PY" "$ROOT/tools/gate_study.py")
+mkdir -p "$STUDY/logs"
+REPO=$STUDY/repo
+
+note "gate_study: $(date -u +%FT%TZ) host=$(hostname) stages='$STAGES' factor=$FACTOR" \
+    "smoke=$ATTNBENCH_SMOKE"
+"$HOST_PY" tools/asv_machine.py --machine "$MACHINE" | tee -a "$SUMMARY"
+read -r BASE AA < <("${GS[@]}" clone "$REPO" --env-dir "${ASV_ENV_DIR:-$ROOT/.asv/env}")
+[ -n "${AA:-}" ] || { note "gate_study: scratch repository failed"; exit 1; }
+note "gate_study: scratch repository $REPO: base $BASE, aa $AA"
+cd "$REPO" || exit 1
+
+# cont KIND LOG JSONL HEAD BENCH [record args]: one asv continuous try, recorded
+cont() {
+    local kind=$1 log=$2 jsonl=$3 head=$4 bench=$5 t0 rc
+    shift 5
+    t0=$(date +%s)
+    "${ASV[@]}" continuous "$BASE" "$head" --config gate.conf.json --machine "$MACHINE" \
+        --factor "$FACTOR" -b "$bench" --show-stderr "${LM[@]}" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    "${GS[@]}" record "$kind" "$log" --rc "$rc" --results results-gate --machine "$MACHINE" \
+        --base "$BASE" --head "$head" --jsonl "$jsonl" --wall-s $(($(date +%s) - t0)) "$@" \
+        | tee -a "$SUMMARY"
+}
+
+# --- noise: one more process per point with every asv run, until NOISE_N
+if has_stage noise; then
+    last=0
+    while :; do
+        done_n=$("${GS[@]}" rounds --results results-noise --machine "$MACHINE" --commit "$BASE")
+        [ "${done_n:-0}" -ge "$NOISE_N" ] && break
+        in_time "noise round $((done_n + 1))" "$last" || break
+        t0=$(date +%s)
+        "${ASV[@]}" run "$BASE^!" --config noise.conf.json --machine "$MACHINE" \
+            --record-samples --append-samples -b "$NOISE_BENCH" --show-stderr "${LM[@]}"
+        rc=$?
+        last=$(($(date +%s) - t0))
+        note "noise round $((done_n + 1)): exit $rc, $last s wall"
+        [ "$rc" -eq 0 ] || break
+    done
+    "${GS[@]}" noise --results results-noise --machine "$MACHINE" --commit "$BASE" \
+        --out "$STUDY/noise.json" | tee -a "$SUMMARY"
+fi
+
+# --- aa: asv continuous between commits with identical kernels
+if has_stage aa; then
+    while :; do
+        read -r n wall < <("${GS[@]}" tries "$STUDY/aa.jsonl")  # tries so far, last one's wall s
+        [ "$n" -ge "$AA_TRIES" ] && break
+        in_time "A/A try $((n + 1))" "$wall" || break
+        cont aa "$STUDY/logs/aa-$((n + 1)).log" "$STUDY/aa.jsonl" "$AA" "$AA_BENCH"
+    done
+fi
+
+# --- detect: calibrate, then asv continuous against each slowed commit, try-major order
+if has_stage detect; then
+    declare -A EXTRAS
+    for k in $DETECT_KERNELS; do
+        cal=$STUDY/calibration-$k.json
+        override=DETECT_EXTRAS_${k^^}
+        if [ ! -f "$cal" ]; then
+            in_time "calibrate $k" 240 || continue
+            args=(--targets $DETECT_TARGETS)
+            [ -n "${!override:-}" ] && args=(--extras ${!override})
+            # In this checkout (the same sources as gate-base), not in the scratch repository.
+            (cd "$ROOT" && "${GS[@]}" calibrate "$k" --out "$cal" "${args[@]}" \
+                --reps "${CAL_REPS:-3}") || { note "calibrate $k failed"; continue; }
+        fi
+        EXTRAS[$k]=$("${GS[@]}" amounts "$cal")
+        note "detect $k: EXTRA amounts ${EXTRAS[$k]} ($cal)"
+    done
+    jsonl=$STUDY/detect.jsonl
+    for t in $(seq 1 "$DETECT_TRIES"); do
+        for k in $DETECT_KERNELS; do
+            for e in ${EXTRAS[$k]:-}; do
+                read -r n _ < <("${GS[@]}" tries "$jsonl" --kernel "$k" --extra "$e" --try "$t")
+                [ "$n" -gt 0 ] && continue
+                read -r _ wall < <("${GS[@]}" tries "$jsonl")
+                in_time "detect $k +$e try $t" "$wall" || break 3
+                head=$("${GS[@]}" slow "$REPO" "$k" "$e") \
+                    || { note "slow commit $k $e failed"; continue; }
+                cont detect "$STUDY/logs/detect-$k-$e-$t.log" "$jsonl" "$head" \
+                    "$("${GS[@]}" regex "$k")" --kernel "$k" --extra "$e" --try "$t"
+            done
+        done
+    done
+fi
+
+# --- what comes back: the tables, then this call's notes
+note "gate_study: done in $(elapsed) s"
+{
+    "${GS[@]}" summary "$STUDY" --factor "$FACTOR"
+    printf '\n## This call\n\n```\n'
+    cat "$SUMMARY"
+    printf '```\n'
+} >"$OUT/summary.md"
+rm -f "$SUMMARY"
+tar czf "$OUT/study.tar.gz" -C "$STUDY" --exclude ./repo .
+echo "gate_study: files in $OUT: $(ls "$OUT" | tr '\n' ' ')"
