@@ -50,6 +50,9 @@ status=0
 "$VPY" -m asv publish
 # The site loads its JavaScript libraries from public CDNs; vendor them (from node_modules,
 # installed by `npm ci`) so it works offline and behind firewalls.
+if [ ! -d node_modules ] && command -v npm >/dev/null; then
+    npm ci --no-audit --no-fund --loglevel=error || echo "main: npm ci failed" >&2
+fi
 if [ -d node_modules ]; then
     "$VPY" tools/site_vendor.py html
 else
