@@ -475,35 +475,31 @@ def cv_stats(chunks):
     }
 
 
-def stored_samples(results_dir, machine, commit):
-    """{point name: samples} of one commit's stored results (points without samples left out)."""
+def _stored_points(results_dir, machine, commit, per_key):
+    """(point name, item) for each parameter combination of one commit's stored results,
+    where per_key(result, key, params) gives one item per combination."""
     from asv.results import iter_results_for_machine_and_hash
 
-    out = {}
     for res in iter_results_for_machine_and_hash(str(results_dir), machine, commit):
         for key in res.get_all_result_keys():
             params = res.get_result_params(key)
             combos = itertools.product(*params) if params else [()]
-            samples = res.get_result_samples(key, params)
-            for combo, s in zip(combos, samples, strict=True):
-                if s:
-                    out[f"{key}({', '.join(combo)})" if params else key] = list(s)
-    return out
+            for combo, item in zip(combos, per_key(res, key, params), strict=True):
+                yield (f"{key}({', '.join(combo)})" if params else key), item
+
+
+def stored_samples(results_dir, machine, commit):
+    """{point name: samples} of one commit's stored results (points without samples left out)."""
+    points = _stored_points(
+        results_dir, machine, commit, lambda r, k, p: r.get_result_samples(k, p)
+    )
+    return {name: list(s) for name, s in points if s}
 
 
 def stored_values(results_dir, machine, commit):
     """{point name: value} (asv's median; None and NaN left out) of one commit's results."""
-    from asv.results import iter_results_for_machine_and_hash
-
-    out = {}
-    for res in iter_results_for_machine_and_hash(str(results_dir), machine, commit):
-        for key in res.get_all_result_keys():
-            params = res.get_result_params(key)
-            combos = itertools.product(*params) if params else [()]
-            for combo, v in zip(combos, res.get_result_value(key, params), strict=True):
-                if v is not None and v == v:
-                    out[f"{key}({', '.join(combo)})" if params else key] = v
-    return out
+    points = _stored_points(results_dir, machine, commit, lambda r, k, p: r.get_result_value(k, p))
+    return {name: v for name, v in points if v is not None and v == v}
 
 
 def noise_table(samples, per_process):
