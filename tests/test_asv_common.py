@@ -16,12 +16,18 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import common  # noqa: E402  (smoke mode here: no CUDA)
 
 PROBE = """
-import json, os, torch
+import json, math, os, torch
 import benchmarks.common as c
 from benchmarks import kda, nsa
+# One asv process per (benchmark method, parameter point), skipped points included.
+classes = [v for m in (c, kda, nsa) for v in vars(m).values()
+           if isinstance(v, type) and v.__module__ == m.__name__ and not v.__name__.startswith("_")]
+procs = sum(math.prod(len(a) for a in getattr(k, "params", [])) for k in classes
+            for name in dir(k) if name.startswith(("track_", "time_")))
 print(json.dumps({
-    "mode": c.MODE_NAME, "interpret": os.environ.get("TRITON_INTERPRET"),
-    "seq_len": nsa.NsaForward.params[0], "presets": nsa.NsaForward.params[2],
+    "mode": c.MODE_NAME, "interpret": os.environ.get("TRITON_INTERPRET"), "processes": procs,
+    "seq_len": nsa.NsaForward.params[0], "impl": nsa.NsaForward.params[1],
+    "presets": nsa.NsaForward.params[2],
     "batch": kda.KdaVerify.params[0], "heads": kda.KdaVerify.params[3],
     "cuda_initialized": torch.cuda.is_initialized(),
 }))
@@ -47,10 +53,13 @@ def test_gpu_grids_default_and_nightly():
     default = probe(ATTNBENCH_SMOKE="0")
     assert default["mode"] == "default" and default["interpret"] is None
     assert default["seq_len"] == [4096, 32768] and default["batch"] == [1, 16, 64]
+    # The per-commit budget: kernels only, no skipped points (docs/benchmarks.md, "Modes").
+    assert default["impl"] == ["triton"] and default["processes"] == 68
     nightly = probe(ATTNBENCH_SMOKE="0", ATTNBENCH_SUITE="nightly")
     assert nightly["seq_len"][0] == 512 and nightly["seq_len"][-1] == 65536
     assert nightly["batch"] == [1, 2, 4, 8, 16, 32, 64]
     assert nightly["heads"] == ["H8-HV8", "H8-HV16"]
+    assert nightly["impl"] == ["triton", "reference"] and nightly["processes"] == 1037
     # Smoke parameter values never occur on a GPU.
     assert not set(probe(ATTNBENCH_SMOKE="1")["seq_len"]) & set(nightly["seq_len"])
 
