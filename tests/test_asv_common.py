@@ -54,7 +54,7 @@ def test_gpu_grids_default_and_nightly():
     assert default["mode"] == "default" and default["interpret"] is None
     assert default["seq_len"] == [4096, 32768] and default["batch"] == [1, 16, 64]
     # The per-commit budget: kernels only, no skipped points (docs/benchmarks.md, "Modes").
-    assert default["impl"] == ["triton"] and default["processes"] == 68
+    assert default["impl"] == ["triton"] and default["processes"] == 56
     nightly = probe(ATTNBENCH_SMOKE="0", ATTNBENCH_SUITE="nightly")
     assert nightly["seq_len"][0] == 512 and nightly["seq_len"][-1] == 65536
     assert nightly["batch"] == [1, 2, 4, 8, 16, 32, 64]
