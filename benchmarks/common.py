@@ -121,6 +121,24 @@ def preimport(module):
         pass
 
 
+def warm_process_caches():
+    """Fill, once in asv's forkserver, the per-process caches every benchmark child would
+    otherwise fill on its own (measured on the H200 by tools/asv_process_cost.py, see
+    docs/perf/asv.md): Triton's hash of its own installation (about 0.5 s, taken at a
+    process's first kernel compile or cache lookup) and the symbolic-shapes modules (sympy)
+    that torch.autograd.grad imports on first use (about 3 s). Neither touches CUDA."""
+    try:
+        from triton.runtime.cache import triton_key
+
+        triton_key()  # functools.lru_cache: the forked children inherit the result
+    except (ImportError, AttributeError):  # another Triton layout: only the saving is lost
+        pass
+    import torch.fx.experimental.symbolic_shapes  # noqa: F401
+
+
+warm_process_caches()
+
+
 def generator(seed):
     """A seeded generator on the benchmark device (inputs are identical across commits)."""
     return torch.Generator(device=DEVICE).manual_seed(seed)

@@ -285,11 +285,15 @@ def num_warps_for(block_v, K):
 # BLOCK_V * K / (32 * num_warps) registers per thread; keeping that at or under ~32 keeps
 # it out of local memory. tools/gpu_tune_kda.py times every tile on a GPU (cold timings,
 # H = HV = 8, K = V = 128, T = 4) and prints the table its best tiles make.
+# The rows for B > 8 come from the v3 sweep (docs/perf/kda.md): at B = 64 the ring modes
+# gain most from one tile per value head (BLOCK_V = V = 128, 4 warps: the q/k conv, norm and
+# gate are no longer repeated per tile; the state tile then holds 128 fp32 values per thread,
+# more than the ~32 above, and still wins), the snapshot modes stay at narrower tiles.
 BLOCK_V_TABLE = {
-    "fused": ((2, 4, 1), (8, 8, 1), (32, 16, 2), (None, 32, 4)),
-    "fused+ring": ((2, 4, 1), (8, 8, 1), (32, 16, 2), (None, 32, 4)),
-    "unfused": ((2, 4, 1), (8, 8, 1), (32, 16, 2), (None, 16, 2)),
-    "unfused+ring": ((2, 4, 1), (8, 8, 1), (32, 16, 2), (None, 32, 4)),
+    "fused": ((2, 4, 1), (8, 8, 1), (32, 32, 4), (None, 32, 4)),
+    "fused+ring": ((2, 4, 1), (8, 8, 1), (32, 64, 4), (None, 128, 4)),
+    "unfused": ((2, 4, 1), (8, 8, 1), (32, 16, 2), (None, 8, 2)),
+    "unfused+ring": ((2, 4, 1), (8, 8, 1), (32, 32, 2), (None, 128, 4)),
 }
 
 
