@@ -33,7 +33,7 @@ DEFAULT_POINTS = (
     "nsa.NsaBackward.track_time(32768, 'triton', 'seed', 'random')",
     "kda.KdaVerify.track_time(1, 'unfused', 'safe', 'H8-HV8')",
     "kda.KdaVerify.track_time_cold(64, 'fused+ring', 'safe', 'H8-HV8')",
-    "kda.KdaVerify.track_peak_vram_bytes(16, 'fused', 'safe', 'H8-HV8')",
+    "nsa.NsaBackward.track_peak_vram_bytes(4096, 'triton', 'paper', 'recent')",
 )
 
 
