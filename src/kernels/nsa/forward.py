@@ -22,6 +22,19 @@ How a tile finds its blocks (knob TILE_LOOP):
   when an earlier pair of the tile produced the same block, and branches on the result. No
   side buffer, but a serial, unpipelined loop; kept to compare against.
 
+Two schedules (knob FORWARD_SCHEDULE), picked per tile on the device:
+* token-major (the tile kernel above): right when a tile's tokens share their blocks. When
+  they do not (the 'random' pattern: a tile of 16 tokens visits ~200 distinct blocks for
+  16 * 16 useful (token, block) pairs), every token streams its own S blocks of K/V.
+* block-major (`forward_blocks.py`): loop over key blocks outside and the queries that chose
+  each block inside, so a K/V block is loaded once per chunk of its queries; each
+  (token, slot) gets a partial result, combined per token afterwards.
+The tile-list kernel counts each tile's distinct kept blocks anyway; a tile is
+*block-handled* when that count exceeds BLOCK_PATH_RATIO * S and G <= BLOCK_PATH_MAX_G ("auto"),
+always ("blocks") or never ("tile"). The tile kernel returns at once for block-handled tiles and the block-major
+kernels at once for the others, so the choice costs no host sync (calls stay capturable in a
+CUDA graph); when no tile is block-handled the block-major phase costs its launches only.
+
 fp32 inputs use tl.dot with input_precision="ieee" so results match the fp32 reference to
 about 1e-5 on the GPU as well as in the interpreter.
 """
@@ -49,6 +62,17 @@ NUM_WARPS = 4
 NUM_STAGES = None
 TILE_LOOP = "list"
 TILE_LOOPS = ("list", "pairs")
+# Which tiles take the block-major path (see the module doc): "auto" = those whose count of
+# distinct kept blocks exceeds BLOCK_PATH_RATIO * S (None or 0: none), "tile" = none (no
+# block-major launch at all), "blocks" = all. With the default 3, the 'recent' pattern (at
+# most S + 1 blocks per tile) never takes it and 'random' (~13 S at G = 4) always does.
+FORWARD_SCHEDULE = "auto"
+FORWARD_SCHEDULES = ("auto", "tile", "blocks")
+BLOCK_PATH_RATIO = 3
+# "auto" considers the block-major path only for groups of at most this many query heads:
+# at G >= 16 one token's heads fill a tensor-core tile on their own, while the block-major
+# partials grow with G (and are allocated on every call, B * Hkv * T * S * G * D elements).
+BLOCK_PATH_MAX_G = 8
 
 
 def forward_stages(block_t):
@@ -105,12 +129,37 @@ def _next_block(p_idx, f, t0, T, NB, b_j, i_flat, S: tl.constexpr, BS: tl.conste
 
 
 @triton.jit
+def _max_op(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def _min_op(a, b):
+    return tl.minimum(a, b)
+
+
+@triton.jit
+def _sorted_runs(b_x, i_e, L: tl.constexpr):
+    """Runs of equal values in a sorted [L] vector: per lane, whether it is the first / last
+    of its run, and the lanes where its run starts and ends."""
+    first = (i_e == 0) | (b_x != tl.gather(b_x, tl.maximum(i_e - 1, 0), 0))
+    last = (i_e == L - 1) | (b_x != tl.gather(b_x, tl.minimum(i_e + 1, L - 1), 0))
+    start = tl.associative_scan(tl.where(first, i_e, 0), 0, _max_op)
+    end = tl.associative_scan(tl.where(last, i_e, L - 1), 0, _min_op, reverse=True)
+    return first, last, start, end
+
+
+@triton.jit
 def _tile_list_kernel(
-    IDX, LIST, COUNT, T, NB, N_TILES,
+    IDX, LIST, COUNT, HIST, T, NB, N_TILES, MIN_BLOCKS,
     S: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, L_PAD: tl.constexpr,
+    USE_HIST: tl.constexpr,
 ):  # fmt: skip
     """LIST[bh, tile, :count] = sorted distinct kept blocks of the tile's BLOCK_T * S slots;
-    COUNT[bh, tile] = count. Entries past count are left unwritten (never read)."""
+    COUNT[bh, tile] = count. Entries past count are left unwritten (never read).
+    USE_HIST: when count > MIN_BLOCKS (a block-handled tile), also add to HIST[bh, j] the
+    number of the tile's kept slots that chose block j (one int32 atomic per distinct block,
+    not per slot: block 0 of the 'random' pattern is chosen by every token)."""
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_e = tl.arange(0, L_PAD)
@@ -121,21 +170,31 @@ def _tile_list_kernel(
     # Dropped slots sort last as NB; after sorting, a block's first copy is the one that
     # differs from its left neighbour, and a prefix sum of those flags is its output slot.
     b_j = tl.sort(tl.where(ok & _kept(b_j, i_t, T, NB, BS), b_j, NB).to(tl.int32))
-    prev = tl.gather(b_j, tl.maximum(i_e - 1, 0), 0)
-    first = ((i_e == 0) | (b_j != prev)) & (b_j < NB)
+    first, last, start, _ = _sorted_runs(b_j, i_e, L_PAD)
+    first = first & (b_j < NB)
     pos = tl.cumsum(first.to(tl.int32), 0) - 1
     o_tile = i_bh.to(tl.int64) * N_TILES + pid_t
+    count = tl.sum(first.to(tl.int32), 0)
     tl.store(LIST + o_tile * BLOCK_T * S + pos, b_j, mask=first)
-    tl.store(COUNT + o_tile, tl.sum(first.to(tl.int32), 0))
+    tl.store(COUNT + o_tile, count)
+    if USE_HIST:
+        if count > MIN_BLOCKS:
+            # A run's last lane adds the run length (its lane - the run's first lane + 1).
+            p_hist = HIST + i_bh.to(tl.int64) * NB + b_j
+            tl.atomic_add(p_hist, i_e - start + 1, mask=last & (b_j < NB), sem="relaxed")
 
 
-def tile_block_lists(block_idx, block_size, block_t):
+def tile_block_lists(block_idx, block_size, block_t, hist=None, min_blocks=0):
     """Per tile of block_t consecutive tokens, the distinct kept blocks its tokens selected.
 
     Args:
         block_idx: [B, Hkv, T, S] int32/int64, contiguous.
         block_size: keys per block.
         block_t: tokens per tile.
+        hist: optional int32 [B * Hkv, NB], zero-filled: for every tile with more than
+            `min_blocks` distinct blocks (block-handled), hist[bh, j] is increased by the
+            number of its kept slots that chose block j.
+        min_blocks: see hist.
     Returns:
         lists: int32 [B * Hkv, n_tiles, block_t * S]; row [bh, i] holds, ascending, the
             count[bh, i] distinct blocks kept by any token of tile i (entries after that are
@@ -148,9 +207,10 @@ def tile_block_lists(block_idx, block_size, block_t):
     lists = torch.empty(B * Hkv, n_tiles, block_t * S, dtype=torch.int32, device=block_idx.device)
     counts = torch.empty(B * Hkv, n_tiles, dtype=torch.int32, device=block_idx.device)
     _tile_list_kernel[(n_tiles, B * Hkv)](
-        block_idx, lists, counts, T, triton.cdiv(T, block_size), n_tiles,
+        block_idx, lists, counts, counts if hist is None else hist, T,
+        triton.cdiv(T, block_size), n_tiles, min_blocks,
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=triton.next_power_of_2(block_t * S),
-        num_warps=4,
+        USE_HIST=hist is not None, num_warps=4,
     )  # fmt: skip
     return lists, counts
 
@@ -181,15 +241,12 @@ def _attend_block(
 
 
 @triton.jit
-def _sel_fwd_kernel(
-    Q, K, V, IDX, LIST, COUNT, O, LSE,
-    T, NB, Hq, G, qk_scale,
+def _sel_fwd_tile(
+    Q, K, V, IDX, LIST, COUNT, O, LSE, pid_t, i_bh, o_tile, T, NB, Hq, G, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
     USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr,
 ):  # fmt: skip
-    pid_t = tl.program_id(0)
-    i_bh = tl.program_id(1)  # b * Hkv + kv head
     Hkv = Hq // G
     i_b = i_bh // Hkv
     i_h = i_bh % Hkv
@@ -206,7 +263,6 @@ def _sel_fwd_kernel(
     b_l = tl.zeros([BLOCK_T * BLOCK_G], tl.float32)
     b_acc = tl.zeros([BLOCK_T * BLOCK_G, D], tl.float32)
     if USE_LIST:
-        o_tile = i_bh.to(tl.int64) * tl.num_programs(0) + pid_t
         p_list = LIST + o_tile * BLOCK_T * S
         n = tl.load(COUNT + o_tile)
         if FOR_LOOP:
@@ -242,6 +298,29 @@ def _sel_fwd_kernel(
     tl.store(LSE + o_row // D, b_lse, mask=row_ok)
 
 
+@triton.jit
+def _sel_fwd_kernel(
+    Q, K, V, IDX, LIST, COUNT, O, LSE,
+    T, NB, Hq, G, qk_scale, MIN_BLOCKS,
+    S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
+    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, SKIP_BLOCK_TILES: tl.constexpr,
+):  # fmt: skip
+    """One token tile (see the module doc). SKIP_BLOCK_TILES: return at once when the tile's
+    distinct block count COUNT exceeds MIN_BLOCKS (the block-major path owns its rows)."""
+    pid_t = tl.program_id(0)
+    i_bh = tl.program_id(1)  # b * Hkv + kv head
+    o_tile = i_bh.to(tl.int64) * tl.num_programs(0) + pid_t
+    todo = True
+    if SKIP_BLOCK_TILES:
+        todo = tl.load(COUNT + o_tile) <= MIN_BLOCKS
+    if todo:
+        _sel_fwd_tile(
+            Q, K, V, IDX, LIST, COUNT, O, LSE, pid_t, i_bh, o_tile, T, NB, Hq, G, qk_scale,
+            S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, USE_LIST, FOR_LOOP,
+        )  # fmt: skip
+
+
 def launch(kernel, grid, *args, num_stages, **kwargs):
     """kernel[grid](*args, ...) with num_stages software-pipeline stages, or fewer when their
     shared memory does not fit (large D and block_size): that check fails when the kernel is
@@ -263,14 +342,31 @@ def tile_config(G, dtype, rows):
     return block_g, block_t, prec
 
 
-def tile_loop_args(block_idx, block_size, block_t):
-    """Kernel arguments that pick the loop: (LIST, COUNT, constexpr flags) for TILE_LOOP."""
+def tile_loop_args(block_idx, block_size, block_t, hist=None, min_blocks=0):
+    """Kernel arguments that pick the loop: (LIST, COUNT, constexpr flags) for TILE_LOOP.
+    With `hist` (see `tile_block_lists`) the tile lists and counts are built whatever the loop,
+    since the block-major path needs the counts."""
     if TILE_LOOP not in TILE_LOOPS:
         raise ValueError(f"TILE_LOOP must be one of {TILE_LOOPS}, got {TILE_LOOP!r}")
     flags = dict(USE_LIST=TILE_LOOP == "list", FOR_LOOP=use_for_loop())
-    if TILE_LOOP == "list":
-        return (*tile_block_lists(block_idx, block_size, block_t), flags)
+    if TILE_LOOP == "list" or hist is not None:
+        return (*tile_block_lists(block_idx, block_size, block_t, hist, min_blocks), flags)
     return block_idx, block_idx, flags  # unused pointers
+
+
+def block_path_min_blocks(S, G):
+    """The FORWARD_SCHEDULE rule as a threshold: a tile whose count of distinct kept blocks
+    exceeds the returned value is block-handled (-1: every tile); None: no tile is (also
+    under "auto" when the group G exceeds BLOCK_PATH_MAX_G)."""
+    if FORWARD_SCHEDULE not in FORWARD_SCHEDULES:
+        raise ValueError(
+            f"FORWARD_SCHEDULE must be one of {FORWARD_SCHEDULES}, got {FORWARD_SCHEDULE!r}"
+        )
+    if FORWARD_SCHEDULE == "blocks":
+        return -1
+    if FORWARD_SCHEDULE == "tile" or not BLOCK_PATH_RATIO or G > BLOCK_PATH_MAX_G:
+        return None
+    return int(BLOCK_PATH_RATIO * S)
 
 
 def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_lse=False):
@@ -288,18 +384,33 @@ def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_
     Returns:
         o [B, Hq, T, D] in q's dtype; with return_lse, (o, lse) where lse is fp32 [B, Hq, T],
         natural log, -inf for rows that see no key (their o row is 0).
+    Unless FORWARD_SCHEDULE is "tile" (or "auto" with G > BLOCK_PATH_MAX_G), the call also
+    allocates the block-major path's partial results (B * Hkv * T * S * G * D elements, see `forward_blocks`), whether or not
+    a tile ends up using them: which tiles do is only known on the device.
     """
     dims = _checks.check_forward_args(q, k, v, block_idx, block_size, scale)
+    min_blocks = block_path_min_blocks(dims.S, dims.G)
     o = _checks.new_empty(q.shape, q.dtype, q.device)
     lse = _checks.new_empty(q.shape[:3], torch.float32, q.device)
     block_g, block_t, prec = tile_config(dims.G, q.dtype, TILE_ROWS)
-    lists, counts, flags = tile_loop_args(block_idx, block_size, block_t)
+    hist = None
+    if min_blocks is not None:
+        hist = torch.zeros(dims.B * dims.Hkv, dims.NB, dtype=torch.int32, device=q.device)
+    lists, counts, flags = tile_loop_args(block_idx, block_size, block_t, hist, min_blocks or 0)
     grid = (triton.cdiv(dims.T, block_t), dims.B * dims.Hkv)
+    qk_scale = dims.scale * LOG2E
     launch(
         _sel_fwd_kernel, grid, q, k, v, block_idx, lists, counts, o, lse,
-        dims.T, dims.NB, dims.Hq, dims.G, dims.scale * LOG2E,
+        dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,
         S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
         BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **flags,
+        SKIP_BLOCK_TILES=hist is not None,
         num_warps=NUM_WARPS, num_stages=forward_stages(block_t),
     )  # fmt: skip
+    if hist is not None:
+        from . import forward_blocks  # it builds on this module's helpers
+
+        forward_blocks.block_major_forward(
+            q, k, v, block_idx, counts, hist, min_blocks, o, lse, dims, block_t, qk_scale
+        )
     return (o, lse) if return_lse else o

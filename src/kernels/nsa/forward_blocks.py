@@ -1,0 +1,306 @@
+"""Block-major phase of the NSA selection forward: key blocks outside, queries inside.
+
+`selection_forward_triton` hands this phase the token tiles whose tokens do not share their
+blocks ("block-handled" tiles, see forward.py). For them every (token, slot) pair would
+otherwise stream its own K/V block; here each block is loaded once per chunk of the queries
+that chose it. Steps (all on the device, no host sync, so the call stays capturable in a
+CUDA graph):
+
+1. Count (in forward.py's tile-list kernel): HIST[bh, j] = kept slots of block-handled tiles
+   that chose block j, one int32 atomic per distinct block of a tile.
+2. `_prefix_kernel`: ROW_PTR[bh] = exclusive prefix sum of HIST[bh] (NB + 1 entries), one
+   program per (b, kv head) looping over the blocks.
+3. `_fill_kernel` (a counting sort, no torch.sort): per block-handled tile, its kept slots
+   are sorted by (block, slot) in registers; each run of one block claims its places in the
+   block's list with one atomic that counts HIST[bh, j] down, and writes there the flat slot
+   index t * S + s (COL) and the block (BLK). The order of tiles inside a block's list
+   depends on the atomics' order: it is nondeterministic.
+4. `_partial_kernel`: the lists of one (b, kv head) are cut into fixed chunks of CHUNK
+   entries (CHUNK * BLOCK_G query rows: the G heads of each entry's token). A chunk covers
+   one block, or a few consecutive ones at a list boundary: for each, K_j and V_j are loaded
+   once, the chunk's gathered q rows are multiplied by them (rows of other blocks masked),
+   and each row gets the softmax of its own block alone: o_part = (p @ v) / l and
+   lse_part = m + log2(l) (base 2), stored at PART_O[bh, t, s, g, :] / PART_L[bh, t, s, g].
+   Every kept block has a visible key (j * bs <= t), so lse_part is finite. Programs are
+   persistent (PARTIAL_WAVES) and prefetch their next chunk's list entries; a block chosen
+   by every token (block 0 of the 'random' pattern) simply fills many chunks, so the load
+   is balanced by construction.
+5. `_combine_kernel`, per block-handled tile: for each row, the partials of its kept slots
+   (kept is recomputed from block_idx, so unwritten partials are never read), in slot order:
+   with M = max lse_s and w_s = exp2(lse_s - M), o = sum_s w_s o_part_s / sum_s w_s and
+   lse = (M + log2 sum_s w_s) ln 2 (M kept as a running max, the sums rescaled when it
+   grows). Rows with no kept slot get o = 0 and lse = -inf, as on the token-tile path.
+
+Determinism: a row's partial depends only on its own q row and its block (the tensor-core
+dot gives each output row the same result wherever the row sits in the tile), and it is
+written to the row's own (t, s) place; the combine reads the slots in slot order. So o and
+lse are bitwise reproducible although the lists' order is not.
+
+Memory: the partials take B * Hkv * T * S * G * D elements in q's dtype (bf16/fp16: each
+of the <= S partials is rounded like the output itself; fp32 stays fp32) plus
+B * Hkv * T * S * G fp32 lse values, O(T); the lists take 2 * B * Hkv * T * S int32.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from . import _checks
+from .forward import LN2, _kept, _sorted_runs, _tile_rows
+
+# Tuning knobs, read at call time: query rows (list entries x padded group) per chunk of the
+# partial kernel (16-bit inputs; fp32 takes half), its warps, and its persistent programs
+# per SM over all (b, kv head) (None: one program per chunk, a static bound on the chunk
+# count); warps of the combine; blocks per prefix-sum step. The partial kernel's loops are
+# `while` loops over data-dependent bounds, which Triton does not software-pipeline, so it
+# has no stages knob.
+CHUNK_ROWS = 128
+PARTIAL_WARPS = 8
+PARTIAL_WAVES = 4
+COMBINE_WARPS = 8
+PREFIX_BLOCK = 1024
+
+
+@triton.jit
+def _prefix_kernel(HIST, ROW_PTR, NB, PB: tl.constexpr):
+    """ROW_PTR[bh, j] = sum of HIST[bh, :j] for j = 0 .. NB."""
+    i_bh = tl.program_id(0)
+    p_hist = HIST + i_bh.to(tl.int64) * NB
+    p_row = ROW_PTR + i_bh.to(tl.int64) * (NB + 1)
+    carry = tl.full([], 0, tl.int32)
+    i0 = 0
+    while i0 <= NB:  # a `while`: the interpreter cannot take `range` over an argument
+        i_j = i0 + tl.arange(0, PB)
+        b_c = tl.load(p_hist + i_j, mask=i_j < NB, other=0)
+        tl.store(p_row + i_j, carry + tl.cumsum(b_c, 0) - b_c, mask=i_j <= NB)
+        carry += tl.sum(b_c, 0)
+        i0 += PB
+
+
+@triton.jit
+def _fill_kernel(
+    IDX, COUNT, HIST, ROW_PTR, COL, BLK, T, NB, MIN_BLOCKS,
+    S: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, L_PAD: tl.constexpr,
+):  # fmt: skip
+    """Place the kept slots of one block-handled tile in their blocks' lists (step 3)."""
+    pid_t = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    if tl.load(COUNT + i_bh.to(tl.int64) * tl.num_programs(0) + pid_t) > MIN_BLOCKS:
+        i_e = tl.arange(0, L_PAD)
+        i_t = pid_t * BLOCK_T + i_e // S
+        ok = (i_e < BLOCK_T * S) & (i_t < T)
+        o_list = i_bh.to(tl.int64) * T * S
+        e0 = pid_t * BLOCK_T * S  # flat slot index of the tile's first slot
+        b_j = tl.load(IDX + o_list + e0 + i_e, mask=ok, other=-1)
+        b_j = tl.where(ok & _kept(b_j, i_t, T, NB, BS), b_j, NB).to(tl.int32)
+        # Sort by (block, slot); dropped slots (block NB) sort last.
+        b_key = tl.sort(b_j.to(tl.int64) * L_PAD + i_e)
+        b_j = (b_key // L_PAD).to(tl.int32)
+        i_slot = (b_key % L_PAD).to(tl.int32) + e0
+        _, last, start, end = _sorted_runs(b_j, i_e, L_PAD)
+        valid = b_j < NB
+        # HIST[bh, j] counts the block's unclaimed entries down: the run's last lane takes
+        # the run's length off it and the run fills the places [top - length, top).
+        p_hist = HIST + i_bh.to(tl.int64) * NB + b_j
+        b_top = tl.atomic_add(p_hist, start - i_e - 1, mask=last & valid, sem="relaxed")
+        b_top = tl.gather(b_top, end, 0)
+        b_ptr = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NB + 1) + b_j, mask=valid, other=0)
+        pos = o_list + b_ptr + b_top - (end - i_e) - 1
+        tl.store(COL + pos, i_slot, mask=valid)
+        tl.store(BLK + pos, b_j, mask=valid)
+
+
+@triton.jit
+def _chunk_entries(
+    COL, BLK, o_list, c, total, NB, G, CHUNK: tl.constexpr, BLOCK_G: tl.constexpr
+):  # fmt: skip
+    """Row r of chunk c is head r % BLOCK_G of list entry c * CHUNK + r // BLOCK_G: its flat
+    slot t * S + s, its block (NB for no entry) and whether the row is real."""
+    i_r = tl.arange(0, CHUNK * BLOCK_G)
+    i_e = c * CHUNK + i_r // BLOCK_G
+    ok = (i_e < total) & (i_r % BLOCK_G < G)
+    i_slot = tl.load(COL + o_list + i_e, mask=ok, other=0)
+    b_blk = tl.load(BLK + o_list + i_e, mask=ok, other=NB)
+    return i_slot, b_blk, ok
+
+
+@triton.jit
+def _partial_chunk(
+    Q, K, V, PART_O, PART_L, i_slot, b_blk, ok, o_head, o_list, p_kv, T, NB, G, qk_scale,
+    S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
+    BLOCK_G: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """Partial softmax of every row of one chunk over its own block (step 4)."""
+    i_d = tl.arange(0, D)
+    i_g = tl.arange(0, CHUNK * BLOCK_G) % BLOCK_G
+    i_t = i_slot // S
+    o_q = ((o_head + i_g).to(tl.int64) * T + i_t) * D
+    b_q = tl.load(Q + o_q[:, None] + i_d[None, :], mask=ok[:, None], other=0.0)
+    o_part = (o_list + i_slot) * G + i_g
+    # Entries are sorted by block: visit the chunk's distinct blocks in increasing order.
+    j = tl.min(b_blk, 0)
+    while j < NB:
+        i_k = j * BS + tl.arange(0, BS)
+        k_ok = (i_k < T)[:, None]
+        b_k = tl.load(K + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
+        b_v = tl.load(V + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
+        mine = ok & (b_blk == j)
+        vis = mine[:, None] & (i_k[None, :] <= i_t[:, None])
+        b_s = tl.dot(b_q, tl.trans(b_k), input_precision=PREC) * qk_scale
+        b_s = tl.where(vis, b_s, float("-inf"))
+        b_m = tl.where(mine, tl.max(b_s, axis=1), 0.0)  # finite on `mine` rows
+        b_p = tl.exp2(b_s - b_m[:, None])
+        b_l = tl.where(mine, tl.sum(b_p, axis=1), 1.0)  # >= 1 on `mine` rows
+        b_o = tl.dot(b_p.to(b_v.dtype), b_v, input_precision=PREC) / b_l[:, None]
+        p_o = PART_O + o_part[:, None] * D + i_d[None, :]
+        tl.store(p_o, b_o.to(PART_O.dtype.element_ty), mask=mine[:, None])
+        tl.store(PART_L + o_part, b_m + tl.log2(b_l), mask=mine)
+        j = tl.min(tl.where(b_blk > j, b_blk, NB), 0)
+
+
+@triton.jit
+def _partial_kernel(
+    Q, K, V, ROW_PTR, COL, BLK, PART_O, PART_L, T, NB, Hq, G, qk_scale,
+    S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
+    BLOCK_G: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """Chunks pid, pid + num_programs, ... of the lists of one (b, kv head)."""
+    pid = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    n_prog = tl.num_programs(0)
+    Hkv = Hq // G
+    o_head = (i_bh // Hkv) * Hq + (i_bh % Hkv) * G  # first query head of the group
+    o_list = i_bh.to(tl.int64) * T * S
+    p_kv = i_bh.to(tl.int64) * T * D
+    total = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NB + 1) + NB)
+    n_chunks = tl.cdiv(total, CHUNK)
+    c = pid
+    i_slot, b_blk, ok = _chunk_entries(COL, BLK, o_list, c, total, NB, G, CHUNK, BLOCK_G)
+    while c < n_chunks:
+        # The next chunk's list entries load while this chunk computes.
+        c_next = c + n_prog
+        n_slot, n_blk, n_ok = _chunk_entries(
+            COL, BLK, o_list, c_next, total, NB, G, CHUNK, BLOCK_G
+        )  # fmt: skip
+        _partial_chunk(
+            Q, K, V, PART_O, PART_L, i_slot, b_blk, ok, o_head, o_list, p_kv, T, NB, G,
+            qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC,
+        )  # fmt: skip
+        c = c_next
+        i_slot, b_blk, ok = n_slot, n_blk, n_ok
+
+
+@triton.jit
+def _combine_kernel(
+    IDX, COUNT, PART_O, PART_L, O, LSE, T, NB, Hq, G, MIN_BLOCKS,
+    S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+):  # fmt: skip
+    """o and lse of the rows of one block-handled tile from their slots' partials (step 5),
+    slot by slot in a fixed order, with a running max as in the online softmax."""
+    pid_t = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    if tl.load(COUNT + i_bh.to(tl.int64) * tl.num_programs(0) + pid_t) > MIN_BLOCKS:
+        Hkv = Hq // G
+        i_t, i_g, row_ok = _tile_rows(pid_t, T, G, BLOCK_T, BLOCK_G)
+        i_d = tl.arange(0, D)
+        o_row = (((i_bh // Hkv) * Hq + (i_bh % Hkv) * G + i_g).to(tl.int64) * T + i_t) * D
+        o_slot0 = i_bh.to(tl.int64) * T * S + i_t * S  # flat slot index of each row's slot 0
+        b_m = tl.full([BLOCK_T * BLOCK_G], float("-inf"), tl.float32)
+        b_l = tl.zeros([BLOCK_T * BLOCK_G], tl.float32)
+        b_acc = tl.zeros([BLOCK_T * BLOCK_G, D], tl.float32)
+        for s in tl.static_range(S):
+            # Only kept slots were given a partial: the others are never read.
+            b_j = tl.load(IDX + o_slot0 + s, mask=row_ok, other=-1)
+            kept = row_ok & _kept(b_j, i_t, T, NB, BS)
+            o_part = (o_slot0 + s) * G + i_g
+            b_ls = tl.load(PART_L + o_part, mask=kept, other=float("-inf"))
+            p_o = PART_O + o_part[:, None] * D + i_d[None, :]
+            b_o = tl.load(p_o, mask=kept[:, None], other=0.0).to(tl.float32)
+            m_new = tl.maximum(b_m, b_ls)
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with no kept slot yet
+            alpha = tl.exp2(b_m - m_safe)
+            b_w = tl.exp2(b_ls - m_safe)  # 0 for dropped slots
+            b_l = b_l * alpha + b_w
+            b_acc = b_acc * alpha[:, None] + b_w[:, None] * b_o
+            b_m = m_new
+        has_key = b_l > 0
+        b_l = tl.where(has_key, b_l, 1.0)
+        b_lse = tl.where(has_key, (b_m + tl.log2(b_l)) * LN2, float("-inf"))
+        p_out = O + o_row[:, None] + i_d[None, :]
+        tl.store(p_out, (b_acc / b_l[:, None]).to(O.dtype.element_ty), mask=row_ok[:, None])
+        tl.store(LSE + o_row // D, b_lse, mask=row_ok)
+
+
+def _multiprocessors(device):
+    """Streaming multiprocessors of a CUDA device (a host-side query); 1 elsewhere."""
+    if device.type != "cuda":
+        return 1
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t):
+    """Per (b, kv head, key block), the kept slots of block-handled tiles that chose it.
+
+    Args:
+        block_idx: [B, Hkv, T, S] int32/int64, contiguous.
+        counts: int32 [B * Hkv, n_tiles] distinct kept blocks per tile of block_t tokens
+            (`forward.tile_block_lists`); tiles with counts > min_blocks are block-handled.
+        hist: int32 [B * Hkv, NB] from `tile_block_lists(..., hist, min_blocks)`: entries per
+            block. Consumed: counted down to zero.
+        block_size, block_t: keys per block, tokens per tile.
+    Returns:
+        row_ptr: int32 [B * Hkv, NB + 1]; block j's entries of row bh are
+            col[bh, row_ptr[bh, j] : row_ptr[bh, j + 1]], in an unspecified order.
+        col: int32 [B * Hkv, T * S] flat slot indices t * S + s (past row_ptr[bh, NB]:
+            unwritten).
+        blk: int32 [B * Hkv, T * S] the block of each entry.
+    Two kernel launches, no host sync.
+    """
+    B, Hkv, T, S = block_idx.shape
+    BH, NB, dev = B * Hkv, hist.shape[1], block_idx.device
+    row_ptr = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
+    col = torch.empty(BH, T * S, dtype=torch.int32, device=dev)
+    blk = torch.empty(BH, T * S, dtype=torch.int32, device=dev)
+    _prefix_kernel[(BH,)](hist, row_ptr, NB, PB=PREFIX_BLOCK, num_warps=4)
+    _fill_kernel[(counts.shape[1], BH)](
+        block_idx, counts, hist, row_ptr, col, blk, T, NB, min_blocks,
+        S=S, BS=block_size, BLOCK_T=block_t, L_PAD=triton.next_power_of_2(block_t * S),
+        num_warps=4,
+    )  # fmt: skip
+    return row_ptr, col, blk
+
+
+def block_major_forward(
+    q, k, v, block_idx, counts, hist, min_blocks, o, lse, dims, block_t, qk_scale
+):  # fmt: skip
+    """Write o and lse of the block-handled tiles (called by `selection_forward_triton`).
+
+    Args:
+        q, k, v, block_idx: the forward's checked inputs; dims their `_checks.Dims`.
+        counts, hist, min_blocks: as for `block_lists`.
+        o: [B, Hq, T, D], lse: fp32 [B, Hq, T], the forward's outputs: rows of block-handled
+            tiles are written here, the others left alone.
+        block_t: tokens per tile (the forward's); qk_scale: softmax scale * log2(e).
+    """
+    BH = dims.B * dims.Hkv
+    block_g = triton.next_power_of_2(dims.G)
+    prec = "ieee" if q.dtype == torch.float32 else "tf32"
+    row_ptr, col, blk = block_lists(block_idx, counts, hist, min_blocks, dims.block_size, block_t)
+    part_o = _checks.new_empty((BH, dims.T, dims.S, dims.G, dims.D), q.dtype, q.device)
+    part_l = _checks.new_empty((BH, dims.T, dims.S, dims.G), torch.float32, q.device)
+    # Rows per chunk for 16-bit inputs; fp32 (IEEE dots without tensor cores) takes half.
+    chunk = max(1, CHUNK_ROWS * 2 // q.element_size() // block_g)
+    n_chunks = triton.cdiv(dims.T * dims.S, chunk)  # the most any (b, kv head) can have
+    if PARTIAL_WAVES is not None:
+        n_chunks = min(n_chunks, triton.cdiv(PARTIAL_WAVES * _multiprocessors(q.device), BH))
+    _partial_kernel[(n_chunks, BH)](
+        q, k, v, row_ptr, col, blk, part_o, part_l, dims.T, dims.NB, dims.Hq, dims.G, qk_scale,
+        S=dims.S, D=dims.D, BS=dims.block_size, CHUNK=chunk, BLOCK_G=block_g, PREC=prec,
+        num_warps=PARTIAL_WARPS,
+    )  # fmt: skip
+    _combine_kernel[(counts.shape[1], BH)](
+        block_idx, counts, part_o, part_l, o, lse, dims.T, dims.NB, dims.Hq, dims.G,
+        min_blocks, S=dims.S, D=dims.D, BS=dims.block_size, BLOCK_T=block_t, BLOCK_G=block_g,
+        num_warps=COMBINE_WARPS,
+    )  # fmt: skip

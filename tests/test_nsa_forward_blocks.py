@@ -1,0 +1,253 @@
+"""NSA selection forward: the block-major path and the per-tile choice between the two
+schedules (forward.FORWARD_SCHEDULE), against the fp64 dense reference.
+
+Runs under the Triton interpreter on the CPU at small, odd shapes. Every kernel output and
+the partial buffers are allocated NaN-filled (`poisoned`), so an unwritten output element, or
+a combine that reads a partial nobody wrote, shows up as NaN.
+"""
+
+import pytest
+import torch
+from test_nsa_kernels import (
+    TOL,
+    make_idx,
+    poisoned,  # noqa: F401  (autouse: outputs and partials start NaN)
+    reference,
+)
+from test_nsa_reference import odd_block_idx, qkv, rel_err
+
+from kernels.nsa import (
+    forward,
+    forward_blocks,
+    make_block_idx_random,
+    make_block_idx_recent,
+    selection_backward_triton,
+    selection_forward_reference,
+)
+from kernels.nsa import selection_forward_triton as fwd
+
+
+@pytest.fixture
+def schedule(monkeypatch):
+    """Set FORWARD_SCHEDULE (and optionally the ratio) for one test."""
+
+    def set_schedule(name, ratio=None):
+        monkeypatch.setattr(forward, "FORWARD_SCHEDULE", name)
+        if ratio is not None:
+            monkeypatch.setattr(forward, "BLOCK_PATH_RATIO", ratio)
+
+    return set_schedule
+
+
+def check_forward(q, k, v, idx, bs, scale=None):
+    """o and lse against the fp64 dense reference; returns (o, lse)."""
+    tol = TOL[q.dtype]
+    o, lse = fwd(q, k, v, idx, bs, scale=scale, return_lse=True)
+    ro, rlse = reference(q, k, v, idx, bs, torch.zeros_like(q), scale)[:2]
+    assert o.dtype == q.dtype and lse.dtype == torch.float32
+    assert not torch.isnan(o).any() and not torch.isnan(lse).any()
+    assert rel_err(o, ro) < tol
+    empty = torch.isinf(rlse)
+    assert torch.equal(torch.isinf(lse), empty) and torch.all(lse[empty] < 0)
+    assert torch.allclose(lse[~empty].double(), rlse[~empty], rtol=0, atol=10 * tol)
+    assert torch.all(o[empty] == 0)
+    return o, lse
+
+
+def tile_counts(idx, bs, G):
+    """Distinct kept blocks per tile of the forward's tiling."""
+    block_t = forward.tile_config(G, torch.float32, forward.TILE_ROWS)[1]
+    return forward.tile_block_lists(idx, bs, block_t)[1]
+
+
+CASES = [  # B, Hq, Hkv, T, D, bs, S, pattern
+    (2, 2, 2, 37, 32, 16, 3, "odd"),  # G = 1, -1/-2, >= NB, future ids, rows with no slot
+    (1, 6, 2, 53, 32, 16, 4, "random"),  # G = 3 (padded group)
+    (1, 8, 2, 45, 64, 32, 3, "recent"),  # G = 4, bs = 32: the first 31 rows see nothing
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"G{c[1] // c[2]}-T{c[3]}-{c[7]}")
+def test_blocks_schedule_vs_reference(case, cpu_dtype, schedule):
+    """Every tile block-handled: the whole output comes from partials and the combine."""
+    schedule("blocks")
+    B, Hq, Hkv, T, D, bs, S, pattern = case
+    q, k, v = qkv(B, Hq, Hkv, T, D, dtype=cpu_dtype, seed=T + 30)
+    check_forward(q, k, v, make_idx(pattern, B, Hkv, T, bs, S), bs)
+
+
+@pytest.mark.parametrize(
+    "case", [(1, 4, 1, 61, 32, 16, 5, "random"), (2, 6, 2, 50, 32, 16, 4, "odd")]
+)
+def test_auto_schedule_mixes_paths(case, schedule, monkeypatch):
+    """A threshold between the tiles' block counts: some tiles take each path."""
+    monkeypatch.setattr(forward, "TILE_ROWS", 16)
+    B, Hq, Hkv, T, D, bs, S, pattern = case
+    q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=T + 31)
+    idx = make_idx(pattern, B, Hkv, T, bs, S)
+    counts = tile_counts(idx, bs, Hq // Hkv)
+    thr = (counts.min().item() + counts.max().item()) // 2
+    schedule("auto", ratio=(thr + 0.5) / S)
+    assert forward.block_path_min_blocks(S, Hq // Hkv) == thr
+    assert (counts > thr).any() and (counts <= thr).any()
+    check_forward(q, k, v, idx, bs)
+
+
+def test_each_path_writes_only_its_tiles(schedule, monkeypatch):
+    """Without the block-major phase, exactly the rows of block-handled tiles stay NaN: the
+    tile kernel skips them and writes every other row."""
+    monkeypatch.setattr(forward, "TILE_ROWS", 16)
+    monkeypatch.setattr(forward_blocks, "block_major_forward", lambda *args: None)
+    B, Hq, Hkv, T, D, bs, S = 1, 4, 1, 45, 32, 16, 4
+    q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=39)
+    idx = make_idx("odd", B, Hkv, T, bs, S)
+    counts = tile_counts(idx, bs, 4)
+    thr = (counts.min().item() + counts.max().item()) // 2
+    schedule("auto", ratio=(thr + 0.5) / S)
+    o, lse = fwd(q, k, v, idx, bs, return_lse=True)
+    handled = (counts[0] > thr).repeat_interleave(4)[:T]  # 4 tokens per tile
+    assert handled.any() and (~handled).any()
+    assert torch.equal(torch.isnan(lse[0]), handled[None].expand(Hq, T))
+    assert torch.equal(torch.isnan(o[0]).all(-1), handled[None].expand(Hq, T))
+
+
+def test_auto_without_block_tiles_equals_tile_schedule(schedule):
+    """'recent' has at most S + 1 blocks per tile: with the default ratio no tile is
+    block-handled and the result is bitwise the token-tile one; 'tile' still matches the
+    reference; an unknown schedule is refused."""
+    B, Hq, Hkv, T, D, bs, S = 1, 8, 2, 70, 32, 16, 3
+    q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=32)
+    idx = make_idx("recent", B, Hkv, T, bs, S)
+    assert (tile_counts(idx, bs, 4) <= forward.BLOCK_PATH_RATIO * S).all()
+    schedule("auto")
+    got = fwd(q, k, v, idx, bs, return_lse=True)
+    schedule("tile")
+    want = check_forward(q, k, v, idx, bs)
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    assert forward.block_path_min_blocks(S, forward.BLOCK_PATH_MAX_G + 1) is None  # large G
+    schedule("auto", ratio=0)
+    assert forward.block_path_min_blocks(S, 4) is None
+    schedule("nope")
+    with pytest.raises(ValueError, match="FORWARD_SCHEDULE"):
+        fwd(q, k, v, idx, bs)
+
+
+def test_special_indices_int64_and_scale(schedule):
+    """int64 ids (one that wraps to a valid block in int32 must stay dropped), -1/-2, >= NB,
+    future blocks, rows with no key, a custom scale."""
+    schedule("blocks")
+    B, Hq, Hkv, T, D, bs, S = 1, 4, 2, 50, 32, 16, 4
+    q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=33)
+    idx = odd_block_idx(B, Hkv, T, bs, S, seed=4).long()
+    idx[0, 0, 20] = torch.tensor([2, 3, -1, 2**32 + 1])
+    o, lse = check_forward(q, k, v, idx, bs, scale=0.37)
+    assert torch.isinf(lse[0, :2, [3, 20, T - 1]]).all()
+
+
+def test_block_lists_are_the_inverse_of_block_idx():
+    """For each (b, kv head, block): exactly the kept slots of block-handled tiles, as flat
+    slot indices t * S + s, with their block; the histogram is consumed to zero."""
+    T, bs, S, block_t = 45, 8, 3, 4
+    idx = odd_block_idx(2, 2, T, bs, S, seed=34).long()
+    idx[1, 0, 30] = torch.tensor([2**32 + 1, 1, -1])
+    NB = -(-T // bs)
+    counts = forward.tile_block_lists(idx, bs, block_t)[1]
+    thr = (counts.min().item() + counts.max().item()) // 2
+    handled = counts > thr
+    assert handled.any() and (~handled).any()
+    hist = torch.zeros(4, NB, dtype=torch.int32)
+    assert torch.equal(forward.tile_block_lists(idx, bs, block_t, hist, thr)[1], counts)
+    row_ptr, col, blk = forward_blocks.block_lists(idx, counts, hist, thr, bs, block_t)
+    assert not hist.any()
+    want = {}
+    flat = idx.view(4, T, S)
+    for bh, t, s in torch.nonzero(flat >= 0).tolist():
+        j = flat[bh, t, s].item()
+        if handled[bh, t // block_t] and j < NB and j * bs <= t:
+            want.setdefault((bh, j), []).append(t * S + s)
+    for bh in range(4):
+        for j in range(NB):
+            lo, hi = row_ptr[bh, j].item(), row_ptr[bh, j + 1].item()
+            assert sorted(col[bh, lo:hi].tolist()) == want.get((bh, j), [])
+            assert (blk[bh, lo:hi] == j).all()
+
+
+def test_block_path_is_deterministic(schedule, monkeypatch):
+    """Two calls agree bitwise, and so does a call whose block lists are shuffled within each
+    block (the order the fill kernel's atomics leave them in is not fixed on a GPU)."""
+    schedule("blocks")
+    B, Hq, Hkv, T, D, bs, S = 1, 8, 2, 53, 32, 16, 4
+    q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=35)
+    idx = make_idx("random", B, Hkv, T, bs, S)
+    first = fwd(q, k, v, idx, bs, return_lse=True)
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(first, fwd(q, k, v, idx, bs, return_lse=True), strict=True)
+    )
+
+    real = forward_blocks.block_lists
+    gen = torch.Generator().manual_seed(0)
+
+    def shuffled(*args):
+        row_ptr, col, blk = real(*args)
+        for bh in range(row_ptr.shape[0]):
+            for j in range(row_ptr.shape[1] - 1):
+                lo, hi = row_ptr[bh, j].item(), row_ptr[bh, j + 1].item()
+                col[bh, lo:hi] = col[bh, lo:hi][torch.randperm(hi - lo, generator=gen)]
+        return row_ptr, col, blk
+
+    monkeypatch.setattr(forward_blocks, "block_lists", shuffled)
+    again = fwd(q, k, v, idx, bs, return_lse=True)
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+@pytest.mark.parametrize("rows,waves", [(16, None), (256, 1)])
+def test_partial_chunk_sizes(rows, waves, schedule, monkeypatch):
+    """Chunks of 4 entries (many chunks spanning two blocks, one program per chunk) and of
+    64 entries (chunks spanning several blocks, one persistent program per head)."""
+    schedule("blocks")
+    monkeypatch.setattr(forward_blocks, "CHUNK_ROWS", rows)
+    monkeypatch.setattr(forward_blocks, "PARTIAL_WAVES", waves)
+    B, Hq, Hkv, T, D, bs, S = 1, 8, 2, 47, 32, 16, 3
+    q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=36)
+    check_forward(q, k, v, make_idx("odd", B, Hkv, T, bs, S), bs)
+
+
+def test_backward_with_lse_from_block_path(schedule):
+    """The backward takes lse from a block-path forward; gradients match the reference."""
+    schedule("blocks")
+    B, Hq, Hkv, T, D, bs, S = 1, 4, 2, 41, 32, 16, 3
+    q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=37)
+    do = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=38)[0]
+    idx = make_idx("random", B, Hkv, T, bs, S)
+    o, lse = fwd(q, k, v, idx, bs, return_lse=True)
+    grads = selection_backward_triton(q, k, v, idx, bs, do, o, lse)
+    _, _, rgrads = reference(q, k, v, idx, bs, do)
+    for got, ref in zip(grads, rgrads, strict=True):
+        assert torch.isfinite(got).all() and rel_err(got, ref) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sched", ["blocks", "auto"])
+@pytest.mark.parametrize("pattern", ["recent", "random"])
+@pytest.mark.parametrize("G", [1, 4, 16])
+def test_bf16_on_gpu(G, pattern, sched, schedule):
+    """bf16 on a GPU against the fp32 dense reference ('auto' with ratio 1 mixes both paths
+    for both patterns); two calls agree bitwise although the fill kernel's atomics race."""
+    schedule(sched, ratio=1)
+    B, Hq, T, D, bs, S = 1, 16, 1000, 64, 32, 16
+    g = torch.Generator(device="cuda").manual_seed(G)
+    q, k, v = [
+        torch.randn(B, H, T, D, generator=g, device="cuda", dtype=torch.bfloat16)
+        for H in (Hq, Hq // G, Hq // G)
+    ]
+    make = make_block_idx_recent if pattern == "recent" else make_block_idx_random
+    idx = make(B, Hq // G, T, bs, S, "cuda")
+    o, lse = fwd(q, k, v, idx, bs, return_lse=True)
+    ro, rlse = selection_forward_reference(q.float(), k.float(), v.float(), idx, bs, None, True)
+    assert rel_err(o, ro) < 1e-2
+    empty = torch.isinf(rlse)
+    assert torch.equal(torch.isinf(lse), empty)
+    assert (lse[~empty] - rlse[~empty]).abs().max() < 2e-2
+    again = fwd(q, k, v, idx, bs, return_lse=True)
+    assert torch.equal(o, again[0]) and torch.equal(lse, again[1])
