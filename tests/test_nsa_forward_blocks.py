@@ -17,6 +17,7 @@ from test_nsa_kernels import (
 from test_nsa_reference import odd_block_idx, qkv, rel_err
 
 from kernels.nsa import (
+    _checks,
     forward,
     forward_blocks,
     make_block_idx_random,
@@ -124,7 +125,13 @@ def test_auto_without_block_tiles_equals_tile_schedule(schedule):
     schedule("tile")
     want = check_forward(q, k, v, idx, bs)
     assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    schedule("auto")
+    assert forward.block_path_min_blocks(S, 4) == forward.BLOCK_PATH_RATIO * S
     assert forward.block_path_min_blocks(S, forward.BLOCK_PATH_MAX_G + 1) is None  # large G
+    big = forward.BLOCK_PATH_MAX_BYTES + 1  # temporaries over the cap
+    assert forward.block_path_min_blocks(S, 4, big) is None
+    dims = _checks.check_forward_args(q, k, v, idx, bs, None)
+    assert forward.block_path_bytes(dims, 4) == B * Hkv * T * S * (4 * (D * 4 + 4) + 8)
     schedule("auto", ratio=0)
     assert forward.block_path_min_blocks(S, 4) is None
     schedule("nope")

@@ -30,8 +30,8 @@ Two schedules (knob FORWARD_SCHEDULE), picked per tile on the device:
   each block inside, so a K/V block is loaded once per chunk of its queries; each
   (token, slot) gets a partial result, combined per token afterwards.
 The tile-list kernel counts each tile's distinct kept blocks anyway; a tile is
-*block-handled* when that count exceeds BLOCK_PATH_RATIO * S and G <= BLOCK_PATH_MAX_G ("auto"),
-always ("blocks") or never ("tile"). The tile kernel returns at once for block-handled tiles and the block-major
+*block-handled* when that count exceeds BLOCK_PATH_RATIO * S, G <= BLOCK_PATH_MAX_G and the
+path's temporaries fit BLOCK_PATH_MAX_BYTES ("auto"), always ("blocks") or never ("tile"). The tile kernel returns at once for block-handled tiles and the block-major
 kernels at once for the others, so the choice costs no host sync (calls stay capturable in a
 CUDA graph); when no tile is block-handled the block-major phase costs its launches only.
 
@@ -73,6 +73,10 @@ BLOCK_PATH_RATIO = 3
 # at G >= 16 one token's heads fill a tensor-core tile on their own, while the block-major
 # partials grow with G (and are allocated on every call, B * Hkv * T * S * G * D elements).
 BLOCK_PATH_MAX_G = 8
+# ... and only while those partials (plus their fp32 lse, and the inverted lists) fit in this
+# many bytes: 1.1 GB at the seed shape (B=1, Hkv=4, G=4, D=64, S=16) at T=32768, linear in
+# B * T beyond it; past the cap "auto" keeps every tile on the token-major path.
+BLOCK_PATH_MAX_BYTES = 2 << 30
 
 
 def forward_stages(block_t):
@@ -354,10 +358,18 @@ def tile_loop_args(block_idx, block_size, block_t, hist=None, min_blocks=0):
     return block_idx, block_idx, flags  # unused pointers
 
 
-def block_path_min_blocks(S, G):
+def block_path_bytes(dims, element_size):
+    """Device memory the block-major path allocates for one call: partial o and lse per
+    (token, slot, head) and two int32 list entries per (token, slot)."""
+    entries = dims.B * dims.Hkv * dims.T * dims.S
+    return entries * (dims.G * (dims.D * element_size + 4) + 8)
+
+
+def block_path_min_blocks(S, G, nbytes=0):
     """The FORWARD_SCHEDULE rule as a threshold: a tile whose count of distinct kept blocks
     exceeds the returned value is block-handled (-1: every tile); None: no tile is (also
-    under "auto" when the group G exceeds BLOCK_PATH_MAX_G)."""
+    under "auto" when the group G exceeds BLOCK_PATH_MAX_G or the path's `nbytes` of
+    temporaries exceed BLOCK_PATH_MAX_BYTES)."""
     if FORWARD_SCHEDULE not in FORWARD_SCHEDULES:
         raise ValueError(
             f"FORWARD_SCHEDULE must be one of {FORWARD_SCHEDULES}, got {FORWARD_SCHEDULE!r}"
@@ -365,6 +377,8 @@ def block_path_min_blocks(S, G):
     if FORWARD_SCHEDULE == "blocks":
         return -1
     if FORWARD_SCHEDULE == "tile" or not BLOCK_PATH_RATIO or G > BLOCK_PATH_MAX_G:
+        return None
+    if nbytes > BLOCK_PATH_MAX_BYTES:
         return None
     return int(BLOCK_PATH_RATIO * S)
 
@@ -384,12 +398,14 @@ def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_
     Returns:
         o [B, Hq, T, D] in q's dtype; with return_lse, (o, lse) where lse is fp32 [B, Hq, T],
         natural log, -inf for rows that see no key (their o row is 0).
-    Unless FORWARD_SCHEDULE is "tile" (or "auto" with G > BLOCK_PATH_MAX_G), the call also
-    allocates the block-major path's partial results (B * Hkv * T * S * G * D elements, see `forward_blocks`), whether or not
+    Unless FORWARD_SCHEDULE is "tile" (or "auto" with G > BLOCK_PATH_MAX_G or more than
+    BLOCK_PATH_MAX_BYTES of temporaries), the call also allocates the block-major path's
+    partial results (B * Hkv * T * S * G * D elements, see `forward_blocks`), whether or not
     a tile ends up using them: which tiles do is only known on the device.
     """
     dims = _checks.check_forward_args(q, k, v, block_idx, block_size, scale)
-    min_blocks = block_path_min_blocks(dims.S, dims.G)
+    nbytes = block_path_bytes(dims, q.element_size())
+    min_blocks = block_path_min_blocks(dims.S, dims.G, nbytes)
     o = _checks.new_empty(q.shape, q.dtype, q.device)
     lse = _checks.new_empty(q.shape[:3], torch.float32, q.device)
     block_g, block_t, prec = tile_config(dims.G, q.dtype, TILE_ROWS)
