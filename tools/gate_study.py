@@ -92,17 +92,23 @@ for _ in range(EXTRA):
 """
 
 NSA_HUNKS = (
-    Hunk("T, NB, Hq, G, qk_scale,", "gate_never,"),
-    Hunk("USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr,", "EXTRA: tl.constexpr,"),
+    Hunk("T, NB, Hq, G, qk_scale, MIN_BLOCKS,", "gate_never,"),
     Hunk(
-        "tl.store(LSE + o_row // D, b_lse, mask=row_ok)",
-        "# gate-study extra work: EXTRA dependent steps per row after the kernel's own stores;\n"
-        "# the store needs gate_never > 0, which the wrapper never passes.\n"
-        "b_x = b_l\n"
-        + _CHAIN
-        + "tl.store(LSE + o_row // D, b_x, mask=row_ok & (gate_never > 0.0))\n",
+        "USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, SKIP_BLOCK_TILES: tl.constexpr,",
+        "EXTRA: tl.constexpr,",
     ),
-    Hunk("dims.T, dims.NB, dims.Hq, dims.G, dims.scale * LOG2E,", "0.0,  # gate_never"),
+    Hunk(
+        "def launch(kernel, grid, *args, num_stages, **kwargs):",
+        "# gate-study extra work: EXTRA dependent steps per row of the tile, after the tile's\n"
+        "# own stores; the store needs gate_never > 0, which the wrapper never passes.\n"
+        "i_x = tl.arange(0, BLOCK_T * BLOCK_G)\n"
+        "b_x = tl.zeros([BLOCK_T * BLOCK_G], dtype=tl.float32) + qk_scale\n"
+        + _CHAIN
+        + "tl.store(LSE + i_x, b_x, mask=(i_x >= 0) & (gate_never > 0.0))\n\n\n",
+        before=True,
+        indent=4,
+    ),
+    Hunk("dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,", "0.0,  # gate_never"),
     Hunk("BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **flags,", "EXTRA={extra},"),
 )
 
