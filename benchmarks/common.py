@@ -328,7 +328,32 @@ def matmul_tflops():
     return 2 * n**3 / median(samples) / 1e12
 
 
+def copy_bytes_per_s():
+    """Device copy rate of this device now (bytes read + written per second): a 256 MiB
+    buffer (larger than L2) copied into another on a GPU, 1 MiB in smoke."""
+    n = (1 << 20 if SMOKE else 256 << 20) // 4
+    src = torch.ones(n, device=DEVICE, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    samples = per_call_seconds([lambda: dst.copy_(src)], calls=4, samples=DERIVED_SAMPLES)
+    return 2 * src.numel() * src.element_size() / median(samples)
+
+
 if FULL_SUITE:
+
+    class CopyRate:
+        """The device copy rate, measured in the same run on the same machine: the ceiling
+        of memory-bound kernels (KdaBandwidth.track_pct_of_copy_rate is relative to a copy
+        measured in its own process); higher is better, so it is not gated."""
+
+        version = "1"
+        timeout = 120
+
+        def setup(self):
+            require_device()
+
+        @metric("GB/s")
+        def track_copy_gb_per_s(self):
+            return copy_bytes_per_s() / 1e9
 
     class Matmul:
         """The dense bf16 matmul ceiling, measured in the same run on the same machine.

@@ -15,14 +15,18 @@ same bytes (torch.equal); a mismatch raises.
 import torch
 
 from .common import (
+    DERIVED_SAMPLES,
     DEVICE,
     DTYPE,
     FULL_SUITE,
+    SAMPLES,
     SMOKE,
     check_close,
+    copy_bytes_per_s,
     generator,
     grid,
     load_api,
+    median,
     metric,
     peak_bytes,
     per_call_seconds,
@@ -159,7 +163,7 @@ def check_ring_bitwise(api, H, HV, lower_bound):
 
 
 class _Verify:
-    """Inputs, checks and timings shared by KdaVerify and KdaBlockV."""
+    """Inputs and checks shared by the KDA classes."""
 
     timeout = 300
 
@@ -185,18 +189,25 @@ class _Verify:
         x = make_inputs(batch, H, HV, mode, seed)
         return make_call(self.api, mode, x, batch, H, HV, lower_bound)
 
+    def cold_samples(self, samples=SAMPLES):
+        # One disjoint buffer set per captured call: a set is reused only after all others.
+        fns = [self.call(seed=1 + i) for i in range(COLD_SETS)]
+        return per_call_seconds(fns, calls=max(GRAPH_CALLS, COLD_SETS), samples=samples)
+
+
+class _Timed(_Verify):
+    """The two per-call timings (seed-style and cold) of KdaVerify and KdaBlockV."""
+
     @metric("seconds")
     def track_time(self, *params):
         return timing_result(per_call_seconds([self.fn], calls=GRAPH_CALLS))
 
     @metric("seconds")
     def track_time_cold(self, *params):
-        # One disjoint buffer set per captured call: a set is reused only after all others.
-        fns = [self.call(seed=1 + i) for i in range(COLD_SETS)]
-        return timing_result(per_call_seconds(fns, calls=max(GRAPH_CALLS, COLD_SETS)))
+        return timing_result(self.cold_samples())
 
 
-class KdaVerify(_Verify):
+class KdaVerify(_Timed):
     """One layer's verify: per-call time (seed-style and cold) and, nightly, peak VRAM."""
 
     version = "1"
@@ -220,9 +231,51 @@ class KdaVerify(_Verify):
             return peak_bytes(self.fn)
 
 
-if FULL_SUITE:  # the tuning sweep: nightly and smoke only (common.FULL_SUITE)
+def verify_bytes(B, H, HV, mode):
+    """Bytes one verify must move at least (the KDA spec's count, "Bytes and the floor"):
+    read the fp32 state once, write T snapshots of it or the ring entries; read mixed_qkv,
+    a, b and the conv state; write the conv windows and o. The same for fused and unfused
+    modes (the unfused pair's intermediate round trip is its own cost, not a floor)."""
+    K = V = HEAD_DIM
+    T, W, elt = T_DRAFT, CONV_W, torch.finfo(DTYPE).bits // 8
+    dim = 2 * H * K + HV * V
+    state = HV * V * K * 4
+    if mode.endswith("+ring"):
+        saves = T * (H * K * elt + HV * V * elt + HV * K * 4 + HV * 4)
+    else:
+        saves = T * state
+    reads = T * dim * elt + T * HV * K * elt + T * HV * elt + (W - 1) * dim * elt
+    writes = T * dim * (W - 1) * elt + T * HV * V * elt
+    return B * (state + saves + reads + writes)
 
-    class KdaBlockV(_Verify):
+
+if FULL_SUITE:  # display-only figures: nightly and smoke only (common.FULL_SUITE)
+
+    class KdaBandwidth(_Verify):
+        """Effective bandwidth of the cold verify: verify_bytes per call over the median cold
+        time, as % of the device copy rate measured in the same process (the spec's floor;
+        higher is better, so it is displayed, not gated). Its own class so that the smoke
+        run, where every process is slow, times one point only."""
+
+        version = "1"
+        params = [
+            grid([1, 16, 64], nightly=[1, 2, 4, 8, 16, 32, 64], smoke=[1]),
+            MODES if not SMOKE else ["fused+ring"],
+            grid(["safe"], nightly=list(GATES), smoke=["safe"]),
+            HEADS,
+        ]
+        param_names = ["batch", "mode", "gate", "heads"]
+
+        def setup(self, batch, mode, gate, heads):
+            self.setup_case(batch, mode, gate, heads)
+
+        @metric("%")
+        def track_pct_of_copy_rate(self, batch, mode, gate, heads):
+            seconds = median(self.cold_samples(DERIVED_SAMPLES))
+            H, HV = parse_heads(heads)
+            return 100.0 * verify_bytes(batch, H, HV, mode) / seconds / copy_bytes_per_s()
+
+    class KdaBlockV(_Timed):
         """Tuning sweep of the fused kernel's value tile,
         kernels.kda.fused_verify.KDA_VERIFY_BLOCK_V, set on the module before the first call
         (safe gate, the first heads shape)."""

@@ -29,6 +29,7 @@ print(json.dumps({
     "seq_len": nsa.NsaForward.params[0], "impl": nsa.NsaForward.params[1],
     "presets": nsa.NsaForward.params[2],
     "batch": kda.KdaVerify.params[0], "heads": kda.KdaVerify.params[3],
+    "mib": [kda.verify_bytes(1, 8, 8, m) / 2**20 for m in ("fused", "fused+ring")],
     "cuda_initialized": torch.cuda.is_initialized(),
 }))
 """
@@ -59,7 +60,9 @@ def test_gpu_grids_default_and_nightly():
     assert nightly["seq_len"][0] == 512 and nightly["seq_len"][-1] == 65536
     assert nightly["batch"] == [1, 2, 4, 8, 16, 32, 64]
     assert nightly["heads"] == ["H8-HV8", "H8-HV16"]
-    assert nightly["impl"] == ["triton", "reference"] and nightly["processes"] == 1037
+    assert nightly["impl"] == ["triton", "reference"] and nightly["processes"] == 1150
+    # The KDA spec's bytes per sequence at the seed's shape: 2.64 MiB (snapshots), 0.66 (ring).
+    assert default["mib"] == pytest.approx([2.64, 0.66], rel=0.01)
     # Smoke parameter values never occur on a GPU.
     assert not set(probe(ATTNBENCH_SMOKE="1")["seq_len"]) & set(nightly["seq_len"])
 

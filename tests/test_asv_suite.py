@@ -119,6 +119,7 @@ def test_run_records_every_benchmark_method(smoke_run):
     names = benchmark_names(smoke_run)
     expected = {
         "common.Matmul.track_bf16_tflops",
+        "common.CopyRate.track_copy_gb_per_s",
         "nsa.NsaForward.track_time",
         "nsa.NsaForward.track_peak_vram_bytes",
         "nsa.NsaForward.track_tokens_per_s",
@@ -131,6 +132,7 @@ def test_run_records_every_benchmark_method(smoke_run):
         "kda.KdaVerify.track_peak_vram_bytes",
         "kda.KdaBlockV.track_time",
         "kda.KdaBlockV.track_time_cold",
+        "kda.KdaBandwidth.track_pct_of_copy_rate",
     }
     assert expected <= set(names)
     for commit in ("c2", "c3"):

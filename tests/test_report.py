@@ -51,6 +51,7 @@ def results(tmp_path):
     kda_params = [[1, 64], ["unfused", "fused+ring"], ["safe"], ["H8-HV8"]]
     data["kda.KdaVerify.track_time"] = _entry(kda_params, [2e-5, 1e-5, 9e-5, 3e-5])
     data["kda.KdaVerify.track_time_cold"] = _entry(kda_params, [3e-5, 1.5e-5, 2e-4, 5e-5])
+    data["kda.KdaBandwidth.track_pct_of_copy_rate"] = _entry(kda_params, [5.0, 4.0, 70.0, 31.25])
     _write(res, "h200", "aaaaaaaa-virtualenv-py3.12.json", {
         "commit_hash": "a" * 40, "date": 2, "result_columns": COLUMNS, "results": data,
     })  # fmt: skip
@@ -89,6 +90,10 @@ def test_kda_table_in_microseconds(results, tmp_path):
     md = (out / "kda_verify.md").read_text()
     assert "| batch | unfused | fused+ring |" in md
     assert "| 64 | 90.00 / 200.00 | 30.00 / 50.00 |" in md
+    # The bandwidth table keeps the stored percentages (no time scaling).
+    bw = {(int(r["batch"]), r["mode"]): r for r in csv.DictReader(open(out / "kda_bandwidth.csv"))}
+    assert float(bw[(64, "fused+ring")]["pct_of_copy"]) == 31.25
+    assert "| 64 | 70.0% | 31.2% |" in (out / "kda_bandwidth.md").read_text()
 
 
 def test_helpers_on_edge_cases():

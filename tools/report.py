@@ -13,6 +13,8 @@ Reads asv's result files (`results/<machine>/<commit8>-<env>.json`, format versi
                                            the throughput crossover marked
     kda_verify.csv, kda_verify.md          per-call us (seed-style / cold) and VRAM per mode
     kda_block_v.csv, kda_block_v.md        the KDA_VERIFY_BLOCK_V sweep
+    kda_bandwidth.csv, kda_bandwidth.md    cold bytes/time as % of the copy rate measured
+                                           in the same run (nightly and smoke suites)
     summary.md                             machine, commits, OOM ceilings, crossovers
 
 For every benchmark the newest result file (by date) of the machine that holds a value for
@@ -31,7 +33,7 @@ import sys
 from pathlib import Path
 
 NSA = {"forward": "nsa.NsaForward", "backward": "nsa.NsaBackward"}
-KDA_VERIFY, KDA_BLOCK_V = "kda.KdaVerify", "kda.KdaBlockV"
+KDA_VERIFY, KDA_BLOCK_V, KDA_BANDWIDTH = "kda.KdaVerify", "kda.KdaBlockV", "kda.KdaBandwidth"
 SHORT = {"forward": "fwd", "backward": "bwd"}
 # Parameter names of the suite's classes, used when benchmarks.json is missing.
 NSA_PARAMS = ["seq_len", "impl", "preset", "pattern"]
@@ -40,6 +42,7 @@ PARAM_NAMES = {
     NSA["backward"]: NSA_PARAMS,
     KDA_VERIFY: ["batch", "mode", "gate", "heads"],
     KDA_BLOCK_V: ["block_v", "mode", "batch"],
+    KDA_BANDWIDTH: ["batch", "mode", "gate", "heads"],
 }
 
 
@@ -275,7 +278,8 @@ def _note(ax, x, y_frac, text, ha, color):
 
 
 def kda_rows(res, cls, keys, methods):
-    """Rows keyed by `keys` with one column per method (us for times, MB for bytes)."""
+    """Rows keyed by `keys` with one column per method (us for times, MB for bytes, %
+    as stored)."""
     table = {}
     for col, method in methods.items():
         for p, v in res.rows(f"{cls}.{method}"):
@@ -283,7 +287,7 @@ def kda_rows(res, cls, keys, methods):
                 tuple(p.get(k) for k in keys),
                 dict(zip(keys, (p.get(k) for k in keys), strict=True)),
             )
-            scale = 1e-6 if method.endswith("bytes") else 1e6
+            scale = 1e-6 if method.endswith("bytes") else 1.0 if "_pct_" in method else 1e6
             row[col] = None if v is None else v * scale
     return [table[k] for k in sorted(table, key=lambda k: tuple(str(x).zfill(8) for x in k))]
 
@@ -336,6 +340,19 @@ def write_kda(out, res):
         lines += markdown_grid(block_v, ["batch"], "block_v", "mode", cell)
         (out / "kda_block_v.md").write_text("\n".join(lines) + "\n")
         written += ["kda_block_v.csv", "kda_block_v.md"]
+    bandwidth = kda_rows(res, KDA_BANDWIDTH, keys, {"pct_of_copy": "track_pct_of_copy_rate"})
+    if bandwidth:
+        write_csv(out / "kda_bandwidth.csv", bandwidth)
+        lines = ["# KDA chain-verify, cold: the spec's bytes per call / time, % of copy rate", ""]
+        lines += markdown_grid(
+            bandwidth,
+            ["gate", "heads"],
+            "batch",
+            "mode",
+            lambda r: f"{_fmt(r.get('pct_of_copy'), 1)}%",
+        )
+        (out / "kda_bandwidth.md").write_text("\n".join(lines) + "\n")
+        written += ["kda_bandwidth.csv", "kda_bandwidth.md"]
     return written
 
 
