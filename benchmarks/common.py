@@ -338,35 +338,31 @@ def copy_bytes_per_s():
     return 2 * src.numel() * src.element_size() / median(samples)
 
 
+class _Ceiling:
+    """A device ceiling measured in the same run on the same machine (displayed beside the
+    kernels' figures; higher is better, so it is not gated)."""
+
+    version = "1"
+    timeout = 120
+
+    def setup(self):
+        require_device()
+
+
 if FULL_SUITE:
 
-    class CopyRate:
-        """The device copy rate, measured in the same run on the same machine: the ceiling
-        of memory-bound kernels (KdaBandwidth.track_pct_of_copy_rate is relative to a copy
-        measured in its own process); higher is better, so it is not gated."""
-
-        version = "1"
-        timeout = 120
-
-        def setup(self):
-            require_device()
+    class CopyRate(_Ceiling):
+        """The device copy rate: the ceiling of memory-bound kernels
+        (KdaBandwidth.track_pct_of_copy_rate is relative to a copy measured in its own
+        process)."""
 
         @metric("GB/s")
         def track_copy_gb_per_s(self):
             return copy_bytes_per_s() / 1e9
 
-    class Matmul:
-        """The dense bf16 matmul ceiling, measured in the same run on the same machine.
-
-        Displayed beside the kernels' TFLOP/s (their `track_pct_of_matmul` is relative to a
-        matmul measured in their own process); higher is better here, so it is not gated.
-        """
-
-        version = "1"
-        timeout = 120
-
-        def setup(self):
-            require_device()
+    class Matmul(_Ceiling):
+        """The dense bf16 matmul ceiling (the kernels' `track_pct_of_matmul` is relative to a
+        matmul measured in their own process)."""
 
         @metric("TFLOP/s")
         def track_bf16_tflops(self):
