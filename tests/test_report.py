@@ -78,6 +78,7 @@ def test_nsa_table_ceiling_and_crossover(results, tmp_path):
     summary = (out / "summary.md").read_text()
     assert "seq_len 2048" in summary and "crossover at seq_len 1024" in summary
     assert "aaaaaaaa" in summary and "bbbbbbbb" not in summary
+    assert "recent: kernel time x4.00 from seq_len 1024 to 4096" in summary
     for name in ("vram_vs_seqlen_fwd.png", "toks_vs_seqlen_fwd.png", "kda_verify.md"):
         assert name in written and (out / name).stat().st_size > 0
 

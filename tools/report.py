@@ -15,7 +15,8 @@ Reads asv's result files (`results/<machine>/<commit8>-<env>.json`, format versi
     kda_block_v.csv, kda_block_v.md        the KDA_VERIFY_BLOCK_V sweep
     kda_bandwidth.csv, kda_bandwidth.md    cold bytes/time as % of the copy rate measured
                                            in the same run (nightly and smoke suites)
-    summary.md                             machine, commits, OOM ceilings, crossovers
+    summary.md                             machine, commits, OOM ceilings, crossovers, and
+                                           the kernel's time growth over 4x the tokens
 
 For every benchmark the newest result file (by date) of the machine that holds a value for
 it is used; the machine defaults to the one with the newest results. A point with no value
@@ -190,6 +191,16 @@ def oom_ceiling(rows):
             break
         ceiling = r["seq_len"]
     return ceiling
+
+
+def scaling(rows, factor=4):
+    """(T0, T1, ratio): the kernel's time at the largest measured seq_len T1 over its time at
+    T1 / factor (linear growth gives `factor`); None without both points."""
+    ms = {r["seq_len"]: r["kernel_ms"] for r in rows if r["kernel_ms"] is not None}
+    if not ms or max(ms) // factor not in ms:
+        return None
+    t1 = max(ms)
+    return t1 // factor, t1, ms[t1] / ms[t1 // factor]
 
 
 def crossover(rows):
@@ -382,6 +393,13 @@ def build(results_dir, out, machine=None, commit=None):
                 f"{ceiling if ceiling is not None else '(none measured)'}; kernel throughput "
                 f"crossover at seq_len {cross if cross is not None else '(none measured)'}"
             )
+            for pattern in sorted({r["pattern"] for r in prows}, key=str):
+                scale = scaling([r for r in prows if r["pattern"] == pattern])
+                if scale:
+                    summary.append(
+                        f"  - {pattern}: kernel time x{scale[2]:.2f} from seq_len {scale[0]} "
+                        f"to {scale[1]} (4x the tokens; linear = 4.00)"
+                    )
     written += write_kda(out, res)
     summary += ["", "Commits used per benchmark:", ""]
     summary += [f"- {name}: {commit}" for name, commit in sorted(res.used.items())]
