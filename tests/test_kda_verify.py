@@ -402,37 +402,3 @@ def test_gpu_bf16_seed_shape(B, HV, lower_bound):
         runs[mode] = inp
     for name in ("rawv", "rawk", "g", "beta"):
         assert same_bits(runs["unfused+ring"][name], runs["fused+ring"][name]), name
-
-
-@pytest.mark.parametrize("mode", ["unfused", "fused+ring"])
-def test_state_products_ways_agree(mode, device, monkeypatch):
-    """The tensor-core and the reduce forms of the state products give the same results:
-    o and snapshots to fp32 rounding, the ring bitwise (it never depends on the state)."""
-    B, T, H, HV, K, V = 2, 3, 1, 2, 16, 16
-    monkeypatch.setattr(fused_mod, "KDA_VERIFY_BLOCK_V", 16)
-    monkeypatch.setattr(rec_mod, "RECURRENT_BLOCK_V", 16)
-    assert common.products_args(16, K, T, torch.float32) == (True, "ieee")
-    results = []
-    for way in ("dot", "sum"):
-        monkeypatch.setattr(common, "STATE_PRODUCTS", way)
-        results.append(run_and_check(mode, B, T, H, HV, K, V, torch.float32, device, seed=11))
-    (inp0, o0), (inp1, o1) = results
-    assert rel_err(o1, o0) < 1e-6
-    assert rel_err(inp1["inter_ssm"].nan_to_num(), inp0["inter_ssm"].nan_to_num()) < 1e-6
-    for name in ("rawk", "rawv", "g", "beta"):
-        assert same_bits(inp1[name], inp0[name]), name
-
-
-def test_state_products_knob():
-    """Which form each tile gets, and a bad knob value named in the error."""
-    assert common.products_args(128, 128, 4, torch.bfloat16) == (True, "tf32x3")
-    assert common.products_args(8, 128, 4, torch.bfloat16)[0] is False  # too few rows
-    assert common.products_args(128, 128, 9, torch.bfloat16)[0] is False  # 2T > 16
-    common.STATE_PRODUCTS = "sum"
-    try:
-        assert common.products_args(128, 128, 4, torch.float16)[0] is False
-        common.STATE_PRODUCTS = "fast"
-        with pytest.raises(ValueError, match="STATE_PRODUCTS"):
-            common.products_args(128, 128, 4, torch.float16)
-    finally:
-        common.STATE_PRODUCTS = "auto"

@@ -274,15 +274,8 @@ def main():
     ap.add_argument("--warps", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--budget-s", type=float, default=225)
-    ap.add_argument(
-        "--products",
-        choices=("auto", "dot", "sum"),
-        default="auto",
-        help="common.STATE_PRODUCTS for the whole run (how the state tile's products are formed)",
-    )
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny run under the interpreter")
     args = ap.parse_args()
-    common.STATE_PRODUCTS = args.products
     if args.cpu_smoke:
         cpu_smoke(args)
     os.makedirs(args.out, exist_ok=True)
@@ -294,7 +287,6 @@ def main():
         "device": "cpu" if args.cpu_smoke else torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "triton": triton.__version__,
-        "state_products": args.products,
     }
     for k in (
         "correctness",

@@ -86,28 +86,17 @@ def _l2norm(b_x, eps):
 
 
 @triton.jit
-def _state_products(b_S, b_x, T2: tl.constexpr, USE_DOT: tl.constexpr, PRECISION: tl.constexpr):
-    """The 2T products S x_j of a [BLOCK_V, K] state tile with the [K] vectors of the tuple
-    b_x, as a tuple of [BLOCK_V] vectors.
+def _delta_step(b_S, b_q, b_k, b_v, b_g, b_beta):
+    """One gated delta-rule step on a [BLOCK_V, K] state tile; returns (S, o).
 
-    USE_DOT: one [BLOCK_V, K] x [K, N] matrix product (2T <= 16 columns, zero-padded to 16)
-    on the tensor cores, each thread summing over K in its own registers; else one
-    multiply-and-reduce over K per vector (the reductions are independent of each other,
-    so they overlap, but each one crosses the lanes that hold K).
+    S <- S * exp(g) (column i decays by exp(g_i)); u = beta * (v - S k);
+    S <- S + u k^T; o = S q.  q and k are already normalized (q also scaled).
     """
-    b_p = ()
-    if USE_DOT:
-        o_c = tl.arange(0, 16)
-        b_X = tl.zeros([b_x[0].shape[0], 16], dtype=tl.float32)
-        for j in tl.static_range(T2):
-            b_X = tl.where(o_c[None, :] == j, b_x[j][:, None], b_X)
-        b_P = tl.dot(b_S, b_X, input_precision=PRECISION)
-        for j in tl.static_range(T2):
-            b_p = b_p + (tl.sum(tl.where(o_c[None, :] == j, b_P, 0.0), axis=1),)
-    else:
-        for j in tl.static_range(T2):
-            b_p = b_p + (tl.sum(b_S * b_x[j][None, :], axis=1),)
-    return b_p
+    b_S = b_S * tl.exp(b_g)[None, :]
+    b_u = b_beta * (b_v - tl.sum(b_S * b_k[None, :], axis=1))
+    b_S = b_S + b_u[:, None] * b_k[None, :]
+    b_o = tl.sum(b_S * b_q[None, :], axis=1)
+    return b_S, b_o
 
 
 @triton.jit
@@ -144,80 +133,27 @@ def _verify_steps(
     SAFE_GATE: tl.constexpr,
     SNAPSHOT: tl.constexpr,
     RING: tl.constexpr,
-    NEED_STATE: tl.constexpr,
-    USE_DOT: tl.constexpr,
-    PRECISION: tl.constexpr,
 ):
-    """The T steps of one [BLOCK_V, K] state tile, in chunk form; returns the state after
-    the last step when NEED_STATE or SNAPSHOT (else the initial tile, unchanged).
+    """The T steps of one [BLOCK_V, K] state tile; returns the state after the last step.
 
     b_q, b_k, b_v, b_a, b_b: tuples of the T per-step rows (q, k, v in the input dtype,
     already loaded or computed, so that nothing here waits on memory but the stores).
-
-    The sequential rule (per step t: S <- S diag(exp g_t); u_t = beta_t (v_t - S k_t);
-    S <- S + u_t k_t^T; o_t = S q_t) touches the whole tile four times per step, twice in a
-    reduction that the next step waits on. Unrolled over the T steps, with G_t = g_1 + ...
-    + g_t (the cumulative log-decay per key channel):
-
-        S_t = S_0 diag(exp G_t) + sum_{i<=t} u_i (exp(G_t - G_i) * k_i)^T
-        u_t = beta_t (v_t - S_0 (exp G_t * k_t) - sum_{i<t} u_i <k_i, exp(G_t - G_i) * k_t>)
-        o_t = S_0 (exp G_t * q_t) + sum_{i<=t} u_i <k_i, exp(G_t - G_i) * q_t>
-
-    so the tile is needed only for 2T products with [K] vectors, all independent
-    (`_state_products`); the couplings <., .> are T^2 dot products of [K] vectors, and the
-    rest is a T-step recurrence on [BLOCK_V] vectors. Every decay factor is exp of a sum
-    of gates over a later-minus-earlier range, at most 1, so nothing overflows. The tile
-    itself is stepped forward (two element-wise passes per step) only when a snapshot or
-    the final state is wanted.
-
-    The gate g_t and beta_t come from `_gate_beta`, exactly as in every kernel that writes
-    the ring. `own_v` (first V tile of this value head) writes g and beta; `own_k` (also the
-    first value head of its q/k group) writes rawk; every tile writes its own slice of rawv,
-    so each ring byte is written by exactly one program. Nothing but o is written unless
+    Per step: gate and beta, normalized q and k, the delta step, o (zeros where not
+    `valid`), then the saves: the state tile (SNAPSHOT) or the ring entries (RING).
+    `own_v` (first V tile of this value head) writes g and beta; `own_k` (also the first
+    value head of its q/k group) writes rawk; every tile writes its own slice of rawv, so
+    each ring byte is written by exactly one program. Nothing but o is written unless
     `valid`.
     """
     m_k = valid & (o_k >= 0)
-    # Per-step [K] vectors: gate, beta, normalized q (scaled) and k, cumulative log-decay.
-    b_gs = ()
-    b_betas = ()
-    b_qs = ()
-    b_ks = ()
-    b_Gs = ()
-    b_G = tl.zeros_like(b_dt_bias)
     for t in tl.static_range(T):
         b_g, b_beta = _gate_beta(
             b_a[t].to(tl.float32), b_dt_bias, b_A_log, b_b[t].to(tl.float32), lower_bound, SAFE_GATE
         )
-        b_G = b_G + b_g
-        b_gs = b_gs + (b_g,)
-        b_betas = b_betas + (b_beta,)
-        b_qs = b_qs + (_l2norm(b_q[t].to(tl.float32), 1e-6) * scale,)
-        b_ks = b_ks + (_l2norm(b_k[t].to(tl.float32), 1e-6),)
-        b_Gs = b_Gs + (b_G,)
-
-    # The 2T products with the initial tile: decayed keys first, then decayed queries.
-    b_x = ()
-    for t in tl.static_range(T):
-        b_x = b_x + (tl.exp(b_Gs[t]) * b_ks[t],)
-    for t in tl.static_range(T):
-        b_x = b_x + (tl.exp(b_Gs[t]) * b_qs[t],)
-    b_P = _state_products(b_S, b_x, 2 * T, USE_DOT, PRECISION)
-
-    # The T-step recurrence on [BLOCK_V] vectors.
-    b_us = ()
-    for t in tl.static_range(T):
-        b_w = b_v[t].to(tl.float32) - b_P[t]
-        b_o = b_P[T + t]
-        for i in tl.static_range(t):
-            b_d = tl.exp(b_Gs[t] - b_Gs[i]) * b_ks[i]
-            b_w = b_w - tl.sum(b_d * b_ks[t], axis=0) * b_us[i]
-            b_o = b_o + tl.sum(b_d * b_qs[t], axis=0) * b_us[i]
-        b_u = b_betas[t] * b_w
-        b_o = b_o + tl.sum(b_ks[t] * b_qs[t], axis=0) * b_u
-        b_us = b_us + (b_u,)
+        b_qn = _l2norm(b_q[t].to(tl.float32), 1e-6) * scale
+        b_kn = _l2norm(b_k[t].to(tl.float32), 1e-6)
+        b_S, b_o = _delta_step(b_S, b_qn, b_kn, b_v[t].to(tl.float32), b_g, b_beta)
         tl.store(p_o + t * s_o_n, tl.where(valid, b_o, 0.0).to(p_o.dtype.element_ty))
-        if SNAPSHOT or NEED_STATE:
-            b_S = b_S * tl.exp(b_gs[t])[None, :] + b_u[:, None] * b_ks[t][None, :]
         if SNAPSHOT:
             p = p_snap + t * s_snap_t + o_v[:, None] * s_snap_v + o_k[None, :]
             tl.store(p, b_S, mask=valid & (o_v[:, None] >= 0))
@@ -230,8 +166,8 @@ def _verify_steps(
                 b_v[t].to(p_rawv.dtype.element_ty),
                 mask=valid & (o_v >= 0),
             )
-            tl.store(p_g + t * s_g_r + o_k, b_gs[t], mask=own_v & m_k)
-            tl.store(p_beta + t * s_beta_r, b_betas[t], mask=own_v & valid)
+            tl.store(p_g + t * s_g_r + o_k, b_g, mask=own_v & m_k)
+            tl.store(p_beta + t * s_beta_r, b_beta, mask=own_v & valid)
     return b_S
 
 
@@ -359,24 +295,6 @@ BLOCK_V_TABLE = {
     "unfused": ((2, 4, 1), (8, 8, 1), (32, 16, 2), (None, 8, 2)),
     "unfused+ring": ((2, 4, 1), (8, 8, 1), (32, 32, 2), (None, 128, 4)),
 }
-
-
-# How `_verify_steps` forms the 2T products of the state tile: "auto" uses the tensor cores
-# (tl.dot) where the tile allows it (BLOCK_V >= 16, K >= 16, 2T <= 16), "dot" / "sum" force
-# one way (a forced "dot" still needs those sizes). Read at every call.
-STATE_PRODUCTS = "auto"
-
-
-def products_args(block_v, K, T, dtype):
-    """(USE_DOT, PRECISION) constexprs of `_verify_steps` for a [block_v, K] tile.
-
-    fp32 inputs get exact fp32 products ("ieee"); fp16/bf16 inputs get "tf32x3" (three
-    tf32 passes, about fp32 accuracy, far below the rounding of the half-precision o)."""
-    if STATE_PRODUCTS not in ("auto", "dot", "sum"):
-        raise ValueError(f"STATE_PRODUCTS must be 'auto', 'dot' or 'sum', got {STATE_PRODUCTS!r}")
-    fits = block_v >= 16 and K >= 16 and 2 * T <= 16
-    use_dot = fits and STATE_PRODUCTS != "sum"
-    return use_dot, "ieee" if dtype == torch.float32 else "tf32x3"
 
 
 def pick_tile(mode, forced_bv, forced_warps, B, V, K):

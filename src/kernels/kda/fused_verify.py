@@ -29,7 +29,6 @@ from .common import (
     check_state_and_saves,
     check_tensor,
     pick_tile,
-    products_args,
     save_args,
     tokens_view,
 )
@@ -107,8 +106,6 @@ def _fused_verify_kernel(
     SAFE_GATE: tl.constexpr,
     SNAPSHOT: tl.constexpr,
     RING: tl.constexpr,
-    USE_DOT: tl.constexpr,
-    PRECISION: tl.constexpr,
 ):
     i_n = tl.program_id(0)
     i_hv = tl.program_id(1)
@@ -188,7 +185,7 @@ def _fused_verify_kernel(
         rawv + i_slot * s_rawv_s + i_hv * s_rawv_h, s_rawv_r,
         ring_g + i_slot * s_g_s + i_hv * s_g_h, s_g_r,
         ring_beta + i_slot * s_beta_s + i_hv * s_beta_h, s_beta_r,
-        o_v, o_k, own_v, own_k, T, SAFE_GATE, SNAPSHOT, RING, False, USE_DOT, PRECISION,
+        o_v, o_k, own_v, own_k, T, SAFE_GATE, SNAPSHOT, RING,
     )  # fmt: skip
 
 
@@ -316,7 +313,6 @@ def fused_kda_conv_gating_verify(
     ptrs, strides = save_args(intermediate_states_buffer, ring, cache_ring, ssm_states, dtype)
     mode = "fused+ring" if cache_ring else "fused"
     BV, num_warps = pick_tile(mode, KDA_VERIFY_BLOCK_V, KDA_VERIFY_NUM_WARPS, B, V, K)
-    use_dot, precision = products_args(BV, K, T, dtype)
     grid = (B, HV, V // BV)
     _fused_verify_kernel[grid](
         mixed_qkv, conv_weight, conv_bias if conv_bias is not None else conv_weight, conv_state,
@@ -332,8 +328,6 @@ def fused_kda_conv_gating_verify(
         SAFE_GATE=lower_bound is not None,
         SNAPSHOT=intermediate_states_buffer is not None,
         RING=bool(cache_ring),
-        USE_DOT=use_dot,
-        PRECISION=precision,
         num_warps=num_warps,
     )  # fmt: skip
     return o

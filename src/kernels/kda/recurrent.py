@@ -22,7 +22,6 @@ from .common import (
     check_state_and_saves,
     check_tensor,
     pick_tile,
-    products_args,
     save_args,
     tokens_view,
 )
@@ -92,8 +91,6 @@ def _recurrent_verify_kernel(
     SNAPSHOT: tl.constexpr,
     RING: tl.constexpr,
     STORE_FINAL: tl.constexpr,
-    USE_DOT: tl.constexpr,
-    PRECISION: tl.constexpr,
 ):
     i_n = tl.program_id(0)
     i_hv = tl.program_id(1)
@@ -132,7 +129,7 @@ def _recurrent_verify_kernel(
         rawv + i_slot * s_rawv_s + i_hv * s_rawv_h, s_rawv_r,
         ring_g + i_slot * s_g_s + i_hv * s_g_h, s_g_r,
         ring_beta + i_slot * s_beta_s + i_hv * s_beta_h, s_beta_r,
-        o_v, o_k, own_v, own_k, T, SAFE_GATE, SNAPSHOT, RING, STORE_FINAL, USE_DOT, PRECISION,
+        o_v, o_k, own_v, own_k, T, SAFE_GATE, SNAPSHOT, RING,
     )  # fmt: skip
     if STORE_FINAL:
         tl.store(p_h0, b_S, mask=m_S)
@@ -277,7 +274,6 @@ def fused_sigmoid_gating_delta_rule_update(
     )
     mode = "unfused+ring" if cache_ring else "unfused"
     BV, num_warps = pick_tile(mode, RECURRENT_BLOCK_V, RECURRENT_NUM_WARPS, B, V, K)
-    use_dot, precision = products_args(BV, K, T, q.dtype)
     grid = (B, HV, V // BV)
     _recurrent_verify_kernel[grid](
         q3, k3, v3, a2, b2, A_log, dt_bias, initial_state_source, initial_state_indices, o3, snap_idx,
@@ -293,8 +289,6 @@ def fused_sigmoid_gating_delta_rule_update(
         SNAPSHOT=intermediate_states_buffer is not None,
         RING=bool(cache_ring),
         STORE_FINAL=not disable_state_update,
-        USE_DOT=use_dot,
-        PRECISION=precision,
         num_warps=num_warps,
     )  # fmt: skip
     return o
