@@ -304,3 +304,129 @@ def test_noise_stage_end_to_end_in_smoke_mode(tmp_path):
     assert stats["n"] == 2 and len(stats["medians_s"]) == 2
     assert "noise round 2: exit 0" in log and "noise round 3" not in log
     assert "## Noise" in (out / "summary.md").read_text()
+
+
+# ---------------------------------------------------------------------------------------
+# Several study directories and the post-hoc factor sweep (run factor 1.01)
+
+
+def try_record(kind, ratios, worse=(), better=(), extra=None, try_=None):
+    return {
+        "kind": kind,
+        "kernel": "nsa" if kind == "detect" else None,
+        "extra": extra,
+        "try_": try_,
+        "rc": int(bool(worse)),
+        "worse": list(worse),
+        "better": list(better),
+        "ratios": ratios,
+        "wall_s": 5,
+    }
+
+
+def sweep_calibration():
+    """Two points of >= 100 us (one exactly on the bound), one of 10-100 us, one under 10 us
+    and one the patch never slowed."""
+
+    def point(base_s, pct10, pct20):
+        return {"base_s": base_s, "slowdown_pct": {"10": pct10, "20": pct20}}
+
+    return {
+        "kernel": "nsa",
+        "reference": "big(1)",
+        "targets": {"1": 10, "3": 20},
+        "extras": [10, 20],
+        "points": {
+            "big(1)": point(2e-4, 1.0, 3.0),
+            "big(2)": point(1e-4, 2.0, 4.0),
+            "mid(1)": point(5e-5, 0.5, 2.5),
+            "tiny(1)": point(5e-6, 9.0, 9.0),
+            "flat(1)": point(1e-3, -0.5, 0.0),
+        },
+    }
+
+
+def sweep_detect(try_):
+    """Two tries' detect records; mid(1) at +20 steps has ratio 1.02 in try 1, 1.03 in try 2."""
+    flagged = ["big(1)", "big(2)"]
+    low = {"big(1)": 1.012, "big(2)": 1.025, "mid(1)": 1.004, "flat(1)": 1.0, "tiny(1)": 1.0}
+    high = {"big(1)": 1.035, "big(2)": 1.045, "mid(1)": 1.01 + 0.01 * try_, "tiny(1)": 1.0}
+    return [
+        try_record("detect", low, flagged, extra=10, try_=try_),
+        try_record("detect", high, [*flagged, "mid(1)"], extra=20, try_=try_),
+    ]
+
+
+def test_kept_flags_drop_a_flag_whose_ratio_is_not_beyond_the_factor():
+    rec = try_record("aa", {"w(1)": 1.02, "b(1)": 0.985, "x(1)": 1.2}, ["w(1)", "gone(1)"])
+    rec["better"] = ["b(1)"]
+    everything = {"w(1)": "worse", "gone(1)": "worse", "b(1)": "better"}
+    assert gs.kept_flags(rec) == everything  # the run's own flags; x(1) was never flagged
+    assert gs.kept_flags(rec, 1.01) == everything
+    # 1/1.02 = 0.9804 < 0.985: the better flag goes; 1.02 is not above 1.02: so does w(1).
+    # A flag without a ratio (newly failing) stays at every factor.
+    assert gs.kept_flags(rec, 1.02) == {"gone(1)": "worse"}
+    assert gs.aa_flags_at([rec], 1.015) == [
+        (1, "b(1)", "better", 0.985),
+        (1, "gone(1)", "worse", None),
+        (1, "w(1)", "worse", 1.02),
+    ]
+
+
+def test_detection_table_at_a_larger_factor():
+    cal, recs = sweep_calibration(), sweep_detect(1) + sweep_detect(2)
+    at_run = gs.detection_table(recs, cal)
+    assert at_run == gs.detection_table(recs, cal, 1.01)
+    assert at_run["big(1)"]["smallest_pct"] == 1.0
+    # +1.0% was flagged at ratio 1.012: not at 1.02, where +3.0% (ratio 1.035) is the smallest.
+    at_102 = gs.detection_table(recs, cal, 1.02)
+    assert at_102["big(1)"]["amounts"]["10"]["flagged"] == 0
+    assert at_102["big(1)"]["smallest_pct"] == 3.0
+    assert at_102["mid(1)"]["amounts"]["20"]["flagged"] == 1  # ratio 1.02 in try 1: dropped
+
+
+def test_sweep_groups_points_by_base_time():
+    groups, skipped, below = gs.sweep_points(sweep_calibration())
+    assert groups == {">= 100 us": ["big(1)", "big(2)"], "10-100 us": ["mid(1)"]}
+    assert skipped == ["flat(1)"] and below == ["tiny(1)"]
+    # A threshold skips points whose slowdowns all stay at or under it.
+    assert gs.sweep_points(sweep_calibration(), 3.5)[1] == ["big(1)", "mid(1)", "flat(1)"]
+    table = gs.detection_table(sweep_detect(1) + sweep_detect(2), sweep_calibration(), 1.04)
+    assert gs.group_cell(table, groups[">= 100 us"]) == "never (1 of 2 points)"  # big(1)
+    assert gs.group_cell(table, ["big(2)"]) == "+4.0% (asv 1.045)"
+    assert gs.group_cell(table, []) == "-"
+    # Amounts that did not slow a point do not count, even when flagged in every try.
+    assert gs.smallest_always_flagged(table["flat(1)"]) is None
+
+
+def test_summary_merges_study_directories_and_sweeps_factors(tmp_path, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+
+    def write(path, records):
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    write(a / "aa.jsonl", [try_record("aa", {"b(1)": 0.985}, better=["b(1)"])])
+    write(b / "aa.jsonl", [try_record("aa", {"w(1)": 1.015, "x(1)": 1.0}, ["w(1)"])])
+    write(a / "detect.jsonl", sweep_detect(1))
+    write(b / "detect.jsonl", sweep_detect(2))
+    (b / "calibration-nsa.json").write_text(json.dumps(sweep_calibration()))
+
+    md = gs.summary_markdown([a, b], "1.01", factors=(1.005, 1.01, 1.02))
+    assert "A/A: 2 tries, 2 flags over 3 point comparisons." in md
+    assert "| `big(1)` | +1.0%: 2/2 (1.012, 1.012) |" in md  # tries from both directories
+    sweep = md[md.index("## Factor sweep (post hoc)") :]
+    assert "Skipped factor(s) 1.005: below the run's 1.01" in sweep
+    assert "| factor | A/A false positives | `nsa` >= 100 us | `nsa` 10-100 us |" in sweep
+    rows = [
+        "| 1.01 | 2 / 3 comparisons (2 tries) | +2.0% (asv 1.025) | +2.5% (asv 1.025) |",
+        "| 1.02 | 0 / 3 comparisons (2 tries) | +3.0% (asv 1.035) | never (1 of 1 points) |",
+        "- 1.01: `b(1)` (try 1, better, ratio 0.9850), `w(1)` (try 2, worse, ratio 1.0150)",
+    ]
+    assert all(row in sweep for row in rows), sweep
+    assert "- 1.02: none" in sweep and "- 1.02: `mid(1)`" in sweep
+    assert "1 under 10 us (in no column); 1 skipped" in sweep and "`flat(1)`" in sweep
+    assert "Factor sweep" not in gs.summary_markdown(a, "1.01")  # none without --factors
+
+    gs.main(["summary", str(a), str(b), "--factor", "1.01", "--factors", "1.02"])
+    assert "| 1.02 | 0 / 3 comparisons (2 tries) |" in capsys.readouterr().out

@@ -22,7 +22,8 @@ GPU host and docs/measurement.md ("Not yet shown") says what each result answers
                              every point's median ratio (from the stored results), as a line
                              of a JSONL file
     tries JSONL [...]        how many recorded tries match, and the last one's wall seconds
-    summary DIR              summary.md from everything in the study directory
+    summary DIR [DIR ...]    summary.md from everything in the study directories (their
+                             records concatenated); --factors adds a post-hoc factor sweep
 
 KERNEL is `nsa` (the NSA selection forward, benchmark class nsa.NsaForward) or `kda` (the
 fused KDA verify, kda.KdaVerify). The slow-down patch adds, inside the Triton kernel, EXTRA
@@ -624,9 +625,31 @@ def _names(names):
     return "(" + ", ".join(f"`{n}`" for n in names) + ")" if names else ""
 
 
-def detection_table(records, calibration):
-    """Per point: for every amount, the calibrated slowdown and how many tries flagged it;
-    and the smallest calibrated slowdown flagged in every try (None: never).
+def kept_flags(record, factor=None):
+    """{point: "worse" | "better"}: the flags of one try that remain at `factor` (None: all).
+
+    asv flagged the points at the run's factor; at a larger factor a flag remains when the
+    point's median ratio head/base is beyond it (above `factor` for worse, below 1/`factor`
+    for better). A flag without a ratio (a newly failing benchmark) remains at every factor.
+    """
+    flags = {n: "worse" for n in record["worse"]}
+    flags.update({n: "better" for n in record["better"]})
+    if factor is None:
+        return flags
+    return {n: d for n, d in flags.items() if _beyond(record["ratios"].get(n), d, factor)}
+
+
+def _beyond(ratio, direction, factor):
+    """Whether a median ratio head/base is beyond `factor` in the flag's direction."""
+    if ratio is None:
+        return True
+    return ratio > factor if direction == "worse" else ratio < 1.0 / factor
+
+
+def detection_table(records, calibration, factor=None):
+    """Per point: for every amount, the calibrated slowdown and how many tries flagged it
+    (at `factor`, see kept_flags; None: as the run flagged); and the smallest calibrated
+    slowdown flagged in every try (None: never).
 
     Returns {point: {"amounts": {extra: {slowdown_pct, flagged, tries, ratios}},
     "smallest_pct": float | None}}."""
@@ -635,7 +658,7 @@ def detection_table(records, calibration):
         amounts = {}
         for extra, pct in sorted(cal["slowdown_pct"].items(), key=lambda kv: int(kv[0])):
             tries = [r for r in records if str(r["extra"]) == extra and name in r["ratios"]]
-            flagged = sum(name in r["worse"] for r in tries)
+            flagged = sum(kept_flags(r, factor).get(name) == "worse" for r in tries)
             ratios = [r["ratios"][name] for r in tries]
             amounts[extra] = {
                 "slowdown_pct": pct,
@@ -682,11 +705,138 @@ def _pct(x):
     return "never" if x is None else f"{x:+.1f}%"
 
 
-def summary_markdown(study, factor):
-    study = Path(study)
+# ---------------------------------------------------------------------------------------
+# Factor sweep: the run's flags re-judged at larger factors
+
+# Columns of the sweep: calibrated base time per call, [low, high) seconds.
+BASE_GROUPS = ((">= 100 us", 100e-6, math.inf), ("10-100 us", 10e-6, 100e-6))
+
+
+def aa_flags_at(records, factor):
+    """[(try number, point, direction, ratio)] of the A/A flags that remain at `factor`."""
+    return [
+        (i, name, direction, r["ratios"].get(name))
+        for i, r in enumerate(records, 1)
+        for name, direction in sorted(kept_flags(r, factor).items())
+    ]
+
+
+def sweep_points(calibration, min_pct=0.0):
+    """The calibration's points sorted for the sweep: ({group label: [points]}, skipped,
+    below). Skipped: no amount slowed the point by more than `min_pct` percent; below: base
+    time under the smallest group's bound (in no group)."""
+    groups = {label: [] for label, _, _ in BASE_GROUPS}
+    skipped, below = [], []
+    for name, cal in calibration["points"].items():
+        if all(pct <= min_pct for pct in cal["slowdown_pct"].values()):
+            skipped.append(name)
+            continue
+        label = next((g for g, lo, hi in BASE_GROUPS if lo <= cal["base_s"] < hi), None)
+        (groups[label] if label else below).append(name)
+    return groups, skipped, below
+
+
+def smallest_always_flagged(row, min_pct=0.0):
+    """The amount of a detection_table row with the smallest calibrated slowdown (above
+    `min_pct`) that every try flagged; None when there is none."""
+    always = [
+        a
+        for a in row["amounts"].values()
+        if a["slowdown_pct"] > min_pct and a["tries"] and a["flagged"] == a["tries"]
+    ]
+    return min(always, key=lambda a: a["slowdown_pct"], default=None)
+
+
+def group_cell(table, names, min_pct=0.0):
+    """Over the points `names` of a detection_table: the worst case of the smallest slowdown
+    flagged in every try, with the mean asv ratio at that amount; "never" when some point has
+    none (how many); "-" when there are no points."""
+    if not names:
+        return "-"
+    best = [smallest_always_flagged(table[n], min_pct) for n in names]
+    never = sum(b is None for b in best)
+    if never:
+        return f"never ({never} of {len(names)} points)"
+    worst = max(best, key=lambda a: a["slowdown_pct"])
+    return f"{worst['slowdown_pct']:+.1f}% (asv {statistics.fmean(worst['ratios']):.3f})"
+
+
+def sweep_row(factor, aa, detect, calibrations, groups, min_pct=0.0):
+    """One factor of the sweep: (table cells, the A/A flags kept, the grouped points never
+    flagged in every try). `groups` is {kernel: sweep_points(...)}."""
+    flags = aa_flags_at(aa, factor)
+    points = sum(len(r["ratios"]) for r in aa)
+    cells = [f"{factor:g}", f"{len(flags)} / {points} comparisons ({len(aa)} tries)"]
+    never = []
+    for k, cal in calibrations.items():
+        table = detection_table([r for r in detect if r.get("kernel") == k], cal, factor)
+        for names in groups[k][0].values():
+            cells.append(group_cell(table, names, min_pct))
+            never += [n for n in names if smallest_always_flagged(table[n], min_pct) is None]
+    return cells, flags, never
+
+
+def sweep_markdown(aa, detect, calibrations, run_factor, factors, min_pct=0.0):
+    """The factor sweep section: per factor the A/A false positives and, per calibrated
+    kernel and base-time group, the worst-case smallest slowdown flagged in every try."""
+    lines = [
+        "## Factor sweep (post hoc)",
+        "",
+        f"A point counts as flagged at factor F' when asv flagged it in the run (--factor "
+        f"{run_factor:g}) and its median ratio head/base is beyond F' (above F' slower, below "
+        "1/F' faster). Kernel cells: over the points whose calibrated base time per call is in "
+        "the column's range, the worst case of the smallest calibrated slowdown flagged in every "
+        f"try (amounts slowing the point by more than {min_pct:g}% only), with the mean asv "
+        "ratio at that amount; never: some point was not flagged in every try at any of them.",
+        "",
+    ]
+    too_small = [f"{f:g}" for f in factors if f < run_factor]
+    if too_small:
+        lines += [
+            f"Skipped factor(s) {', '.join(too_small)}: below the run's {run_factor:g} (asv "
+            f"recorded flags at {run_factor:g} only).",
+            "",
+        ]
+    head = ["factor", "A/A false positives"] + [
+        f"`{k}` {label}" for k in calibrations for label, _, _ in BASE_GROUPS
+    ]
+    lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    groups = {k: sweep_points(cal, min_pct) for k, cal in calibrations.items()}
+    aa_lists, never_lists = [], []
+    for f in (f for f in factors if f >= run_factor):
+        cells, flags, never = sweep_row(f, aa, detect, calibrations, groups, min_pct)
+        lines.append("| " + " | ".join(cells) + " |")
+        named = ", ".join(f"`{n}` (try {i}, {d}, {_ratio(x)})" for i, n, d, x in flags)
+        aa_lists.append(f"- {f:g}: {named or 'none'}")
+        never_lists.append(f"- {f:g}: {', '.join(f'`{n}`' for n in never) or 'none'}")
+    lines += ["", "A/A flags kept per factor:", "", *aa_lists, ""]
+    lines += ["Points never flagged in every try, per factor:", "", *never_lists, ""]
+    for k, (grouped, skipped, below) in groups.items():
+        sizes = ", ".join(f"{len(v)} {label}" for label, v in grouped.items())
+        lines.append(
+            f"`{k}` points: {sizes}; {len(below)} under {BASE_GROUPS[-1][1] * 1e6:g} us "
+            f"(in no column); {len(skipped)} skipped (no calibrated slowdown above "
+            f"{min_pct:g}%){': ' + _names(skipped) if skipped else ''}."
+        )
+    return "\n".join(lines)
+
+
+def _ratio(x):
+    return "no ratio" if x is None else f"ratio {x:.4f}"
+
+
+def _first(studies, name):
+    """The file `name` of the first study directory that has it (None: none has)."""
+    return next((d / name for d in studies if (d / name).exists()), None)
+
+
+def summary_markdown(studies, factor, factors=(), min_pct=0.0):
+    """summary.md of one study directory or several (records concatenated in order; noise and
+    calibration files from the first directory holding them); `factors` adds the sweep."""
+    studies = [Path(studies)] if isinstance(studies, str | Path) else [Path(d) for d in studies]
     parts = [f"# Gate study (asv continuous --factor {factor})", ""]
-    noise = study / "noise.json"
-    if noise.exists():
+    noise = _first(studies, "noise.json")
+    if noise:
         data = json.loads(noise.read_text())
         parts += [
             "## Noise: per-process medians over fresh processes",
@@ -694,7 +844,7 @@ def summary_markdown(study, factor):
             noise_markdown(data),
             "",
         ]
-    aa = read_jsonl(study / "aa.jsonl")
+    aa = [r for d in studies for r in read_jsonl(d / "aa.jsonl")]
     if aa:
         parts += [
             "## A/A: asv continuous between commits with identical kernels",
@@ -702,12 +852,13 @@ def summary_markdown(study, factor):
             aa_markdown(aa),
             "",
         ]
-    detect = read_jsonl(study / "detect.jsonl")
+    detect = [r for d in studies for r in read_jsonl(d / "detect.jsonl")]
+    calibrations = {}
     for kernel in KERNELS:
-        cal_path = study / f"calibration-{kernel}.json"
-        if not cal_path.exists():
+        cal_path = _first(studies, f"calibration-{kernel}.json")
+        if cal_path is None:
             continue
-        cal = json.loads(cal_path.read_text())
+        cal = calibrations[kernel] = json.loads(cal_path.read_text())
         recs = [r for r in detect if r.get("kernel") == kernel]
         parts += [
             f"## Detection: {KERNELS[kernel].bench}",
@@ -715,6 +866,8 @@ def summary_markdown(study, factor):
             detection_markdown(kernel, detection_table(recs, cal), cal),
             "",
         ]
+    if factors:
+        parts += [sweep_markdown(aa, detect, calibrations, float(factor), factors, min_pct), ""]
     return "\n".join(parts)
 
 
@@ -769,8 +922,15 @@ def main(argv=None):
     p.add_argument("--extra", type=int)
     p.add_argument("--try", dest="try_", type=int)
     p = sub.add_parser("summary")
-    p.add_argument("study")
-    p.add_argument("--factor", default="1.05")
+    p.add_argument("study", nargs="+")
+    p.add_argument("--factor", default="1.02", help="the factor the study ran with")
+    p.add_argument("--factors", type=float, nargs="+", default=(), help="post-hoc sweep")
+    p.add_argument(
+        "--min-slowdown",
+        type=float,
+        default=0.0,
+        help="sweep: ignore calibrated slowdowns up to this percent (default: 0)",
+    )
     args = ap.parse_args(argv)
 
     if args.cmd == "clone":
@@ -822,7 +982,7 @@ def main(argv=None):
         )
         print(len(recs), int(recs[-1]["wall_s"] or 0) if recs else 0)
     elif args.cmd == "summary":
-        print(summary_markdown(args.study, args.factor))
+        print(summary_markdown(args.study, args.factor, args.factors, args.min_slowdown))
 
 
 if __name__ == "__main__":

@@ -27,8 +27,10 @@
 # Anything past DEADLINE_S seconds (default 540) is skipped with a note, so one call fits a
 # 10-minute limit; call again for the rest.
 #
-# Other knobs: MACHINE (default h200), FACTOR (default 1.05, the gate's), DETECT_KERNELS
-# (default "nsa kda"), DETECT_EXTRAS_NSA / DETECT_EXTRAS_KDA (EXTRA amounts to calibrate and test
+# Other knobs: MACHINE (default h200), FACTOR (default 1.02, the gate's), DETECT_KERNELS
+# (default "nsa kda"), CONT_ARGS (more `asv continuous` arguments for aa and detect, e.g.
+# "-a rounds=2": more processes per side), SWEEP_FACTORS (the summary's post-hoc factor
+# sweep; factors below FACTOR are skipped), DETECT_EXTRAS_NSA / DETECT_EXTRAS_KDA (EXTRA amounts to calibrate and test
 # instead of the targets' search), CAL_REPS (default 3), ASV_ENV_DIR (default .asv/env, shared with
 # tools/gpu_asv.sh), LAUNCH, WHEELHOUSE, HOST_PY, ATTNBENCH_SMOKE (1: the CPU smoke suite).
 # Writes to $OUT (3 files): summary.md (tables), gate_study.log (everything), study.tar.gz
@@ -44,7 +46,7 @@ START=$(date +%s)
 STAGES=${STAGES:-noise aa detect}
 DEADLINE_S=${DEADLINE_S:-540}
 MACHINE=${MACHINE:-h200}
-FACTOR=${FACTOR:-1.05}
+FACTOR=${FACTOR:-1.02}
 STUDY=${STUDY:-$ROOT/.asv/gate_study}
 TIMINGS='\.track_time(_cold)?\('
 NOISE_N=${NOISE_N:-5}
@@ -54,6 +56,8 @@ AA_BENCH=${AA_BENCH:-$TIMINGS}
 DETECT_TRIES=${DETECT_TRIES:-3}
 DETECT_KERNELS=${DETECT_KERNELS:-nsa kda}
 DETECT_TARGETS=${DETECT_TARGETS:-1 2 5 10}
+CONT_ARGS=${CONT_ARGS:-}  # more asv continuous arguments for aa and detect, e.g. "-a rounds=2"
+SWEEP_FACTORS=${SWEEP_FACTORS:-1.01 1.015 1.02 1.03 1.05}
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 
@@ -76,7 +80,7 @@ cont() {
     shift 5
     t0=$(date +%s)
     "${ASV[@]}" continuous "$BASE" "$head" --config gate.conf.json --machine "$MACHINE" \
-        --factor "$FACTOR" -b "$bench" --show-stderr "${LM[@]}" 2>&1 | tee "$log"
+        --factor "$FACTOR" -b "$bench" --show-stderr "${LM[@]}" $CONT_ARGS 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     "${GS[@]}" record "$kind" "$log" --rc "$rc" --results results-gate --machine "$MACHINE" \
         --base "$BASE" --head "$head" --jsonl "$jsonl" --wall-s $(($(date +%s) - t0)) "$@" \
@@ -149,7 +153,7 @@ fi
 # --- what comes back: the tables, then this call's notes
 note "gate_study: done in $(elapsed) s"
 {
-    "${GS[@]}" summary "$STUDY" --factor "$FACTOR"
+    "${GS[@]}" summary "$STUDY" --factor "$FACTOR" --factors $SWEEP_FACTORS --min-slowdown 1
     printf '\n## This call\n\n```\n'
     cat "$SUMMARY"
     printf '```\n'
