@@ -15,11 +15,12 @@ Usage (on a CUDA machine, from the repository root):
    paper shape at T 65536, both patterns; auto/tile ratios and the T 8192 -> 32768 ratios.
 3. Sweep at seed, T = 32768, random: forward_blocks.CHUNK_ROWS {64, 128, 256} (= 16, 32, 64
    tokens at G = 4) x PARTIAL_WARPS {4, 8}, then at the best of those BLOCK_PATH_RATIO and
-   PARTIAL_WAVES; every config's o is compared with the default's.
+   PARTIAL_WAVES and COMBINE_WARPS; every config's o is compared with the default's.
 4. Peak VRAM (max_memory_allocated over one auto call, inputs resident) at seed T = 32768,
    both patterns; a per-kernel device-time profile of the auto call there (torch.profiler).
-A --budget-s guard skips whatever would start after the budget is spent (listed as
-skipped). Writes DIR/nsa_blocks.json and DIR/nsa_blocks.txt (the printed tables).
+--sections picks which of 1-4 run (default all). A --budget-s guard skips whatever would
+start after the budget is spent (listed as skipped). Writes DIR/nsa_blocks.json and
+DIR/nsa_blocks.txt (the printed tables).
 """
 
 import argparse
@@ -55,6 +56,7 @@ if SMOKE:
     SEED, PAPER = (4, 1), (8, 1)  # (Hq, Hkv)
     CHECK_T, TIME_T, PAPER_T = (40, 70), (48, 96), 64
     SWEEP_ROWS, SWEEP_WARPS, SWEEP_RATIOS, SWEEP_WAVES = (64,), (4,), (2,), (None,)
+    SWEEP_COMBINE = (4,)
 else:
     DEV, DTYPE, BS, S, D = "cuda", torch.bfloat16, 64, 16, 64
     SEED, PAPER = (16, 4), (64, 4)
@@ -62,6 +64,7 @@ else:
     SWEEP_ROWS, SWEEP_WARPS, SWEEP_RATIOS, SWEEP_WAVES = (64, 128, 256), (4, 8), (1, 2, 4, 8), (
         None, 2, 8, 16,
     )  # fmt: skip
+    SWEEP_COMBINE = (4, 16)
 SCHEDULES = ("tile", "blocks", "auto")
 TOL_O, TOL_LSE = 2e-2, 5e-2
 KNOBS = [
@@ -70,6 +73,7 @@ KNOBS = [
     (nsa_blocks, "CHUNK_ROWS"),
     (nsa_blocks, "PARTIAL_WARPS"),
     (nsa_blocks, "PARTIAL_WAVES"),
+    (nsa_blocks, "COMBINE_WARPS"),
 ]
 OUT_LINES = []
 
@@ -291,6 +295,8 @@ def sweep(deadline):
         one(**best["config"], BLOCK_PATH_RATIO=ratio)
     for waves in SWEEP_WAVES:
         one(**best["config"], PARTIAL_WAVES=waves)
+    for warps in SWEEP_COMBINE:
+        one(**best["config"], COMBINE_WARPS=warps)
     overall = best_of(rows)
     say(f"  best: {overall['config'] if overall else '-'} "
         f"{fmt(overall.get('ms') if overall else None, '.3f')} ms")  # fmt: skip
@@ -363,6 +369,9 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--budget-s", type=float, default=170.0)
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny shapes, interpreter, fp32")
+    ap.add_argument(
+        "--sections", type=int, nargs="+", default=[1, 2, 3, 4], help="which of 1-4 to run"
+    )
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
@@ -379,18 +388,25 @@ def main():
     for (Hq, Hkv), T, pattern in [
         (h, T, p) for h in (SEED, PAPER) for T in CHECK_T for p in ("recent", "random")
     ]:
+        if 1 not in args.sections:
+            say("  not run (--sections)")
+            break
         checks += check_case(Hq, Hkv, T, pattern)
     result["correctness"] = checks
     failed = [c for c in checks if not c["ok"]]
 
     steps = [
-        ("timings", "2. per-call ms by CUDA-graph replay", lambda: time_cases(deadline)),
-        ("sweep", "3. sweep (auto, seed, random)", lambda: sweep(deadline)),
-        ("peak_memory", "4. peak VRAM of one auto call", peak_memory),
-        ("profile", "   device time per kernel, auto, seed, random", profile_kernels),
+        (2, "timings", "2. per-call ms by CUDA-graph replay", lambda: time_cases(deadline)),
+        (3, "sweep", "3. sweep (auto, seed, random)", lambda: sweep(deadline)),
+        (4, "peak_memory", "4. peak VRAM of one auto call", peak_memory),
+        (4, "profile", "   device time per kernel, auto, seed, random", profile_kernels),
     ]
-    for key, title, fn in steps:
+    for section, key, title, fn in steps:
         say(f"\n{title} ({time.time() - t0:.0f}s):")
+        if section not in args.sections:
+            result[key] = "not run (--sections)"
+            say("  not run (--sections)")
+            continue
         if time.time() > deadline:
             result[key] = "skipped (budget)"
             say("  skipped (budget)")
