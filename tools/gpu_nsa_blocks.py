@@ -18,7 +18,8 @@ Usage (on a CUDA machine, from the repository root):
    PARTIAL_WAVES and COMBINE_WARPS; every config's o is compared with the default's.
 4. Peak VRAM (max_memory_allocated over one auto call, inputs resident) at seed T = 32768,
    both patterns; a per-kernel device-time profile of the auto call there (torch.profiler).
---sections picks which of 1-4 run (default all). A --budget-s guard skips whatever would
+--sections picks which of 1-4 run (default all); --set KNOB=VALUE changes a knob for the
+whole run (the sweep's "default" is then that setting). A --budget-s guard skips whatever would
 start after the budget is spent (listed as skipped). Writes DIR/nsa_blocks.json and
 DIR/nsa_blocks.txt (the printed tables).
 """
@@ -96,6 +97,11 @@ def knobs(**values):
     finally:
         for n, val in saved.items():
             setattr(where[n], n, val)
+
+
+def type_of(name, value):
+    """A knob's value from text: int for the numeric knobs, str for FORWARD_SCHEDULE."""
+    return value if name == "FORWARD_SCHEDULE" else int(value)
 
 
 def defaults():
@@ -372,7 +378,20 @@ def main():
     ap.add_argument(
         "--sections", type=int, nargs="+", default=[1, 2, 3, 4], help="which of 1-4 to run"
     )
+    ap.add_argument(
+        "--set",
+        nargs="+",
+        default=[],
+        metavar="KNOB=VALUE",
+        help="knob values for the whole run (e.g. COMBINE_WARPS=16; None for None)",
+    )
     args = ap.parse_args()
+    where = {n: m for m, n in KNOBS}
+    for item in args.set:
+        name, _, value = item.partition("=")
+        if name not in where:
+            ap.error(f"--set: unknown knob {name!r} (one of {', '.join(where)})")
+        setattr(where[name], name, None if value == "None" else type_of(name, value))
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
     deadline = t0 + args.budget_s
