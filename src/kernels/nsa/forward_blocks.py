@@ -54,10 +54,11 @@ from .forward import LN2, _kept, _sorted_runs, _tile_rows
 # count); warps of the combine; blocks per prefix-sum step. The partial kernel's loops are
 # `while` loops over data-dependent bounds, which Triton does not software-pipeline, so it
 # has no stages knob.
+# Defaults from tools/gpu_nsa_blocks.py's sweep on the H200 (docs/perf/nsa.md, v4).
 CHUNK_ROWS = 128
 PARTIAL_WARPS = 8
-PARTIAL_WAVES = 4
-COMBINE_WARPS = 8
+PARTIAL_WAVES = 8
+COMBINE_WARPS = 16
 PREFIX_BLOCK = 1024
 
 
