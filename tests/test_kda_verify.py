@@ -285,17 +285,33 @@ def test_replay_matches_snapshots(cpu_dtype, device, one_tile):
     assert rel_err(new[1], snap["inter_ssm"][lines[1], T - 1]) < 1e-5
 
 
+def _set_tile(monkeypatch, bv, sub, nw, st):
+    for mod, prefix in ((fused_mod, "KDA_VERIFY_"), (rec_mod, "RECURRENT_")):
+        for name, value in (("BLOCK_V", bv), ("SUB_V", sub), ("NUM_WARPS", nw), ("STAGES", st)):
+            monkeypatch.setattr(mod, prefix + name, value)
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_block_v_choices_agree(mode, device, monkeypatch):
-    """Every value tile (and warp count) of the mode's recurrence kernel gives the same
-    results: the ring and windows bitwise, o and snapshots to fp32 rounding."""
+    """Every tile (BLOCK_V, SUB_V, warps, stages) of the mode's recurrence kernel gives the
+    same results: the ring and windows bitwise, o and snapshots to fp32 rounding. Two value
+    heads share one q/k head, so the ownership of the shared ring entries is exercised
+    with several V tiles and several sub-tiles per tile."""
     B, T, H, HV, K, V = 1, 2, 1, 2, 16, 16
     results = []
-    for bv, nw in ((None, None), (2, 1), (4, 2), (8, None), (16, 4), (32, None)):
-        monkeypatch.setattr(fused_mod, "KDA_VERIFY_BLOCK_V", bv)
-        monkeypatch.setattr(fused_mod, "KDA_VERIFY_NUM_WARPS", nw)
-        monkeypatch.setattr(rec_mod, "RECURRENT_BLOCK_V", bv)
-        monkeypatch.setattr(rec_mod, "RECURRENT_NUM_WARPS", nw)
+    tiles = (
+        (None, None, None, None),
+        (2, None, 1, None),
+        (4, None, 2, None),
+        (8, None, None, None),
+        (16, None, 4, None),
+        (32, None, None, None),
+        (8, 2, 1, 2),
+        (16, 4, None, 3),
+        (16, 8, 2, 1),
+    )
+    for bv, sub, nw, st in tiles:
+        _set_tile(monkeypatch, bv, sub, nw, st)
         inp, o = run_and_check(mode, B, T, H, HV, K, V, torch.float32, device, seed=5)
         results.append((o, inp))
     o0, inp0 = results[0]
@@ -309,13 +325,24 @@ def test_block_v_choices_agree(mode, device, monkeypatch):
 def test_tile_table_and_knobs():
     """The default tile comes from the table row of the mode and batch; forced values win."""
     for mode, rows in common.BLOCK_V_TABLE.items():
-        for max_b, bv, nw in rows:
+        for max_b, bv, sub, nw, st in rows:
             B = 1000 if max_b is None else max_b
-            assert common.pick_tile(mode, None, None, B, 128, 128) == (bv, nw)
-    assert common.pick_tile("fused", 64, None, 1, 16, 128)[0] == 16  # clipped to V
-    assert common.pick_tile("unfused", None, 2, 1, 128, 128)[1] == 2
-    with pytest.raises(ValueError, match="num_warps"):
-        common.pick_tile("fused", None, 3, 1, 128, 128)
+            assert common.pick_tile(mode, {}, B, 128, 128) == (bv, sub, nw, st)
+            assert sub <= bv and bv % sub == 0
+    # A forced BLOCK_V alone walks its rows in one piece, clipped to V.
+    assert common.pick_tile("fused", {"BLOCK_V": 64}, 1, 16, 128) == (16, 16, 8, 1)
+    assert common.pick_tile("fused", {"BLOCK_V": 32, "SUB_V": 8}, 1, 128, 128) == (32, 8, 1, 1)
+    assert common.pick_tile("fused", {"BLOCK_V": 8, "SUB_V": 32}, 1, 128, 128)[:2] == (8, 8)
+    assert common.pick_tile("unfused", {"NUM_WARPS": 2}, 1, 128, 128)[2] == 2
+    assert common.pick_tile("unfused", {"STAGES": 3}, 1, 128, 128)[3] == 3
+    for knobs, match in (
+        ({"NUM_WARPS": 3, "prefix": "X_"}, "X_NUM_WARPS"),
+        ({"SUB_V": 6, "prefix": "X_"}, "X_SUB_V"),
+        ({"STAGES": 0, "prefix": "X_"}, "X_STAGES"),
+        ({"BLOCK_V": 12, "prefix": "X_"}, "X_BLOCK_V"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            common.pick_tile("fused", knobs, 1, 128, 128)
 
 
 def test_block_v_rejects_non_power_of_two(device, monkeypatch):

@@ -1,13 +1,15 @@
 """Compile the KDA verify kernels for an H200 (sm_90) without a GPU: registers, spills, smem.
 
     .venv/bin/python tools/compile_kda_sm90.py [--modes fused ...] [--block-v 4 16] [--warps 1 4]
+        [--sub-v 0 32] [--stages 1 2]      (sub-v 0: the whole BLOCK_V in one piece)
 
 Every call goes through the public wrappers with CPU tensors (bf16 inputs, the seed's
 shape), as the benchmark calls them; a stand-in driver reports an sm_90 target, and each
 kernel launch is replaced by Triton's `warmup`, which specializes the arguments like a real
 launch, compiles down to a cubin with ptxas and runs nothing. cuobjdump then reports the
 registers per thread, local memory (spills of the state tile show up here) and shared
-memory of each (mode, BLOCK_V, num_warps). A compile error here would be one on the GPU.
+memory of each (mode, BLOCK_V, SUB_V, num_warps, stages). A compile error here would be
+one on the GPU.
 """
 
 import argparse
@@ -80,6 +82,8 @@ def main():
     )
     ap.add_argument("--block-v", type=int, nargs="+", default=[4, 8, 16, 32])
     ap.add_argument("--warps", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--sub-v", type=int, nargs="+", default=[0])
+    ap.add_argument("--stages", type=int, nargs="+", default=[1])
     ap.add_argument("--hv", type=int, default=8)
     ap.add_argument("--safe-gate", action="store_true")
     args = ap.parse_args()
@@ -103,35 +107,46 @@ def main():
         setattr(mod, name, _Capture(getattr(mod, name), compiled))
     B, lb = 2, (-5.0 if args.safe_gate else None)
     s = chk.make_set(B, args.hv, seed=0)
-    head = ("mode", "BV", "warps", "kernel", "REG", "LOCAL", "SHARED", "s")
-    fmt = "{:>13} {:>3} {:>5} {:>30} {:>4} {:>6} {:>7} {:>5}"
+    head = ("mode", "BV", "SUB", "st", "warps", "kernel", "REG", "LOCAL", "SHARED", "s")
+    fmt = "{:>13} {:>3} {:>3} {:>2} {:>5} {:>30} {:>4} {:>6} {:>7} {:>5}"
     print(fmt.format(*head))
     n_bad = 0
+    tiles = [
+        (bv, sub, st, nw)
+        for bv in args.block_v
+        for sub in args.sub_v
+        for st in args.stages
+        for nw in args.warps
+        if sub <= bv
+    ]
+    first = tiles[0] if tiles else None
     for mode in args.modes:
-        for bv in args.block_v:
-            for nw in args.warps:
-                fused_mod.KDA_VERIFY_BLOCK_V = rec_mod.RECURRENT_BLOCK_V = bv
-                fused_mod.KDA_VERIFY_NUM_WARPS = rec_mod.RECURRENT_NUM_WARPS = nw
-                compiled.clear()
-                t0 = time.time()
-                try:
-                    chk.runner(mode, s, B, args.hv, lb)()
-                except Exception as e:  # report and go on
-                    n_bad += 1
-                    print(f"{mode:>13} {bv:>3} {nw:>5}  COMPILE ERROR {e!r}"[:400])
-                    continue
-                for kname, warps, ck in compiled:
-                    if kname == "_causal_conv1d_update_kernel" and (bv, nw) != (
-                        args.block_v[0],
-                        args.warps[0],
-                    ):
-                        continue  # the conv kernel does not depend on the tile
-                    r = resources(ck)
-                    took = f"{time.time() - t0:.1f}"
-                    print(
-                        fmt.format(mode, bv, warps, kname, r["REG"], r["LOCAL"], r["SHARED"], took)
+        for bv, sub, st, nw in tiles:
+            fused_mod.KDA_VERIFY_BLOCK_V = rec_mod.RECURRENT_BLOCK_V = bv
+            fused_mod.KDA_VERIFY_SUB_V = rec_mod.RECURRENT_SUB_V = sub or None
+            fused_mod.KDA_VERIFY_STAGES = rec_mod.RECURRENT_STAGES = st
+            fused_mod.KDA_VERIFY_NUM_WARPS = rec_mod.RECURRENT_NUM_WARPS = nw
+            compiled.clear()
+            t0 = time.time()
+            tag = f"{mode:>13} {bv:>3} {sub or bv:>3} {st:>2} {nw:>5}"
+            try:
+                chk.runner(mode, s, B, args.hv, lb)()
+            except Exception as e:  # report and go on
+                n_bad += 1
+                print(f"{tag}  COMPILE ERROR {e!r}"[:400])
+                continue
+            for kname, warps, ck in compiled:
+                if kname == "_causal_conv1d_update_kernel" and (bv, sub, st, nw) != first:
+                    continue  # the conv kernel does not depend on the tile
+                r = resources(ck)
+                took = f"{time.time() - t0:.1f}"
+                print(
+                    fmt.format(
+                        mode, bv, sub or bv, st, warps, kname, r["REG"], r["LOCAL"],
+                        r["SHARED"], took,
                     )
-                    n_bad += r["LOCAL"] > 0
+                )  # fmt: skip
+                n_bad += r["LOCAL"] > 0
     print(f"{n_bad} compile errors or kernels with local memory (spills)")
 
 

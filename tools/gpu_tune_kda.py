@@ -10,8 +10,9 @@ short table and all written to DIR/kda_tune.json and DIR/kda_tune.txt:
   2. us per call (CUDA graph of 10 calls; "seed" replays one buffer set, "cold" rotates
      over disjoint sets) of each mode at B in 1..64 with the default tiles, and the GQA
      (HV=16) and safe-gate cost per state byte relative to the standard shape;
-  3. a sweep of BLOCK_V in {4, 8, 16, 32} x num_warps in {1, 2, 4, 8} (the recurrent kernel
-     for the unfused modes, the fused kernel for the fused ones) at B in {1, 4, 16, 64},
+  3. a sweep of BLOCK_V in {4, 8, 16, 32} x SUB_V (--sub-v; 0 = one piece) x stages
+     (--stages) x num_warps in {1, 2, 4, 8} (the recurrent kernel for the unfused modes,
+     the fused kernel for the fused ones; --sweep-modes) at B in {1, 4, 16, 64},
      cold timings; every tile is first checked for correctness and ring bytes (B=4, HV=8,
      standard gate; the CPU tests cover the GQA ownership rules at every BLOCK_V). Prints
      the best tile per (mode, B) and a BLOCK_V_TABLE to paste into common.py; then the
@@ -44,12 +45,13 @@ HV_STD, HV_GQA = 8, 16  # value heads of the standard and the GQA shape
 log = chk.log
 
 
-def set_tile(mode, bv, nw):
-    """Force (BLOCK_V, num_warps) of the kernel that `mode` tunes; None, None = the table."""
-    if mode.startswith("fused"):
-        fused_mod.KDA_VERIFY_BLOCK_V, fused_mod.KDA_VERIFY_NUM_WARPS = bv, nw
-    else:
-        rec_mod.RECURRENT_BLOCK_V, rec_mod.RECURRENT_NUM_WARPS = bv, nw
+def set_tile(mode, bv, nw, sub=None, stages=None):
+    """Force (BLOCK_V, num_warps, SUB_V, stages) of the kernel that `mode` tunes; all None =
+    the table; sub None walks the BLOCK_V rows in one piece."""
+    fused = mode.startswith("fused")
+    mod, prefix = (fused_mod, "KDA_VERIFY_") if fused else (rec_mod, "RECURRENT_")
+    for name, value in (("BLOCK_V", bv), ("NUM_WARPS", nw), ("SUB_V", sub), ("STAGES", stages)):
+        setattr(mod, prefix + name, value)
 
 
 def reset_tiles():
@@ -144,27 +146,41 @@ def timing_table(result, key, batch_sizes, iters, deadline):
 
 
 def sweep(result, args, deadline):
-    """Section 3: every (BLOCK_V, num_warps), checked, then timed cold at each batch size."""
-    tiles = [(bv, nw) for bv in args.block_v for nw in args.warps]
-    log(f"{'mode':>13} {'BV':>3} {'nw':>2} " + "".join(f"{'B=' + str(B):>9}" for B in args.sweep_b))
+    """Section 3: every tile (BLOCK_V, SUB_V, stages, num_warps), checked, then timed cold at
+    each batch size. SUB_V 0 = BLOCK_V (one piece, one stage)."""
+    tiles = [
+        (bv, sub, st, nw)
+        for bv in args.block_v
+        for sub in args.sub_v
+        for st in (args.stages if 0 < sub < bv else [1])
+        for nw in args.warps
+        if sub <= bv
+    ]
+    tiles = list(dict.fromkeys(tiles))
+    modes = args.sweep_modes
+    log(
+        f"{'mode':>13} {'BV':>3} {'SUB':>3} {'st':>2} {'nw':>2} "
+        + "".join(f"{'B=' + str(B):>9}" for B in args.sweep_b)
+    )
     sets = {B: chk.cold_sets(B, HV_STD, 200) for B in args.sweep_b}
-    for bv, nw in tiles:
+    for bv, sub, st, nw in tiles:
         if time.time() > deadline:
-            log(f"  sweep: tiles from BV={bv} nw={nw} on skipped (budget)")
+            log(f"  sweep: tiles from BV={bv} SUB={sub} st={st} nw={nw} on skipped (budget)")
             break
         for mode in MODES:
-            set_tile(mode, bv, nw)
+            set_tile(mode, bv, nw, sub or None, st)
+        tag = f"tile{bv}/{sub or bv}/{st}x{nw}"
         # Same shape and gate as the timings below, so that no extra kernels are compiled.
         n_ok, n_all, n_rb, n_rb_all = correctness(
-            result, args.check_b[1:2] or args.check_b, [HV_STD], f"tile{bv}x{nw}", {"std": None}
+            result, args.check_b[1:2] or args.check_b, [HV_STD], tag, {"std": None}
         )
         if (n_ok, n_rb) != (n_all, n_rb_all):
-            log(f"  BV={bv} nw={nw}: {n_ok}/{n_all} modes ok, {n_rb}/{n_rb_all} ring bits ok")
-        for mode in MODES:
+            log(f"  {tag}: {n_ok}/{n_all} modes ok, {n_rb}/{n_rb_all} ring bits ok")
+        for mode in modes:
             cells = []
             for B in args.sweep_b:
                 r = chk.safe(
-                    f"sweep {mode} BV={bv} nw={nw} B={B}",
+                    f"sweep {mode} {tag} B={B}",
                     lambda: chk.bench(
                         [chk.runner(mode, s, B, HV_STD, None) for s in sets[B]], args.iters // 2
                     ),
@@ -172,35 +188,45 @@ def sweep(result, args, deadline):
                 )
                 if r is not None:
                     result["sweep"].append(
-                        dict(mode=mode, B=B, block_v=bv, num_warps=nw, cold_us=r)
-                    )
+                        dict(
+                            mode=mode, B=B, block_v=bv, sub_v=sub or bv, stages=st,
+                            num_warps=nw, cold_us=r,
+                        )
+                    )  # fmt: skip
                 cells.append("error" if r is None else f"{r:9.2f}")
-            log(f"{mode:>13} {bv:>3} {nw:>2} " + "".join(cells))
+            log(f"{mode:>13} {bv:>3} {sub or bv:>3} {st:>2} {nw:>2} " + "".join(cells))
         reset_tiles()
     sets = None
     torch.cuda.empty_cache()
 
 
 def best_tiles(result, sweep_b):
-    """Best (BLOCK_V, num_warps) per (mode, B) from the sweep, and a table built from them."""
+    """Best tile per (mode, B) from the sweep, and a table built from them."""
     best = {}
     for r in result["sweep"]:
         k = (r["mode"], r["B"])
         if k not in best or r["cold_us"] < best[k]["cold_us"]:
             best[k] = r
     table = {}
-    log(f"{'mode':>13} " + "".join(f"{'B=' + str(B):>18}" for B in sweep_b))
+    log(f"{'mode':>13} " + "".join(f"{'B=' + str(B):>22}" for B in sweep_b))
     for mode in MODES:
         cells = []
         rows = []
         for i, B in enumerate(sweep_b):
             b = best.get((mode, B))
-            cells.append(
-                "-" if b is None else f"{b['block_v']}x{b['num_warps']} {b['cold_us']:.2f}"
-            )
+            if b is None:
+                cells.append("-")
+            else:
+                tile = f"{b['block_v']}/{b['sub_v']}/{b['stages']}x{b['num_warps']}"
+                cells.append(f"{tile} {b['cold_us']:.2f}")
             if b is not None:
-                rows.append((None if i == len(sweep_b) - 1 else B, b["block_v"], b["num_warps"]))
-        log(f"{mode:>13} " + "".join(f"{c:>18}" for c in cells))
+                rows.append(
+                    (
+                        None if i == len(sweep_b) - 1 else B,
+                        b["block_v"], b["sub_v"], b["num_warps"], b["stages"],
+                    )
+                )  # fmt: skip
+        log(f"{mode:>13} " + "".join(f"{c:>22}" for c in cells))
         if rows:
             table[mode] = tuple(rows)
     result["best"] = [dict(v) for v in best.values()]
@@ -261,7 +287,7 @@ def cpu_smoke(args):
 
     chk.bench = one_call
     args.batch_sizes, args.check_b, args.sweep_b = [1, 2], [1, 2], [1, 2]
-    args.block_v, args.warps = [4, 8], [1, 2]
+    args.block_v, args.warps, args.sub_v, args.stages = [4, 8], [1, 2], [0, 2], [1, 2]
 
 
 def main():
@@ -272,6 +298,10 @@ def main():
     ap.add_argument("--sweep-b", type=int, nargs="+", default=[1, 4, 16, 64])
     ap.add_argument("--block-v", type=int, nargs="+", default=[4, 8, 16, 32])
     ap.add_argument("--warps", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--sub-v", type=int, nargs="+", default=[0], help="0: BLOCK_V in one piece")
+    ap.add_argument("--stages", type=int, nargs="+", default=[1])
+    ap.add_argument("--sweep-modes", nargs="+", default=list(MODES), choices=MODES)
+    ap.add_argument("--skip-timings", action="store_true", help="no section 2 table")
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--budget-s", type=float, default=225)
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny run under the interpreter")
@@ -313,14 +343,15 @@ def main():
         log(f"  modes ok: {n_ok}/{n_all}; ring bitwise ok: {n_rb}/{n_rb_all}")
         log(f"  ({time.time() - t0:.0f} s)")
 
-        log("\n== 2. us per call, seed / cold, default tiles")
-        timing_table(result, "timings", args.batch_sizes, args.iters, deadline)
-        log(f"  ({time.time() - t0:.0f} s)")
+        if not args.skip_timings:
+            log("\n== 2. us per call, seed / cold, default tiles")
+            timing_table(result, "timings", args.batch_sizes, args.iters, deadline)
+            log(f"  ({time.time() - t0:.0f} s)")
         save()
 
-        log("\n== 3. tile sweep (BLOCK_V x num_warps), cold us per call, HV=8 std")
+        log("\n== 3. tile sweep (BLOCK_V/SUB_V/stages x num_warps), cold us per call, HV=8 std")
         sweep(result, args, deadline - 45)
-        log("\n  best tile per (mode, B) as BVxwarps us:")
+        log("\n  best tile per (mode, B) as BV/SUB/stages x warps, us:")
         table = best_tiles(result, args.sweep_b)
         result["suggested_table"] = {k: list(v) for k, v in table.items()}
         log("  suggested common.BLOCK_V_TABLE = {")

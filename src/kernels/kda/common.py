@@ -100,74 +100,78 @@ def _delta_step(b_S, b_q, b_k, b_v, b_g, b_beta):
 
 
 @triton.jit
+def _step_inputs(b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T: tl.constexpr,
+                 SAFE_GATE: tl.constexpr):  # fmt: skip
+    """Per-step vectors that do not depend on the state, as tuples of T rows:
+    (g [K], beta (scalar), normalized and scaled q [K], normalized k [K]), all fp32.
+
+    They are computed once per program, before its loop over state sub-tiles; b_q, b_k,
+    b_a, b_b are tuples of the T input rows (q and k already in the input dtype)."""
+    b_g = ()
+    b_beta = ()
+    b_qn = ()
+    b_kn = ()
+    for t in tl.static_range(T):
+        b_gt, b_bt = _gate_beta(
+            b_a[t].to(tl.float32), b_dt_bias, b_A_log, b_b[t].to(tl.float32), lower_bound, SAFE_GATE
+        )
+        b_g = b_g + (b_gt,)
+        b_beta = b_beta + (b_bt,)
+        b_qn = b_qn + (_l2norm(b_q[t].to(tl.float32), 1e-6) * scale,)
+        b_kn = b_kn + (_l2norm(b_k[t].to(tl.float32), 1e-6),)
+    return b_g, b_beta, b_qn, b_kn
+
+
+@triton.jit
+def _store_ring_shared(p_rawk, s_rawk_r, p_g, s_g_r, p_beta, s_beta_r, b_k, b_g, b_beta, o_k,
+                       m_rawk, m_gb, T: tl.constexpr):  # fmt: skip
+    """The ring entries shared by the whole value head (g, beta: mask m_gb) or q/k head
+    (rawk, the conv output before normalization: mask m_rawk), ring position t = step t."""
+    for t in tl.static_range(T):
+        tl.store(p_rawk + t * s_rawk_r + o_k, b_k[t].to(p_rawk.dtype.element_ty), mask=m_rawk)
+        tl.store(p_g + t * s_g_r + o_k, b_g[t], mask=m_gb & (o_k >= 0))
+        tl.store(p_beta + t * s_beta_r, b_beta[t], mask=m_gb)
+
+
+@triton.jit
 def _verify_steps(
     b_S,
-    b_q,
-    b_k,
+    b_qn,
+    b_kn,
     b_v,
-    b_a,
-    b_b,
-    b_A_log,
-    b_dt_bias,
-    scale,
-    lower_bound,
+    b_g,
+    b_beta,
     valid,
     p_o,
     s_o_n,
     p_snap,
     s_snap_t,
     s_snap_v,
-    p_rawk,
-    s_rawk_r,
     p_rawv,
     s_rawv_r,
-    p_g,
-    s_g_r,
-    p_beta,
-    s_beta_r,
     o_v,
     o_k,
-    own_v,
-    own_k,
     T: tl.constexpr,
-    SAFE_GATE: tl.constexpr,
     SNAPSHOT: tl.constexpr,
     RING: tl.constexpr,
 ):
-    """The T steps of one [BLOCK_V, K] state tile; returns the state after the last step.
+    """The T steps of one [SUB_V, K] state sub-tile; returns the state after the last step.
 
-    b_q, b_k, b_v, b_a, b_b: tuples of the T per-step rows (q, k, v in the input dtype,
-    already loaded or computed, so that nothing here waits on memory but the stores).
-    Per step: gate and beta, normalized q and k, the delta step, o (zeros where not
-    `valid`), then the saves: the state tile (SNAPSHOT) or the ring entries (RING).
-    `own_v` (first V tile of this value head) writes g and beta; `own_k` (also the first
-    value head of its q/k group) writes rawk; every tile writes its own slice of rawv, so
-    each ring byte is written by exactly one program. Nothing but o is written unless
+    b_qn, b_kn, b_g, b_beta: tuples from `_step_inputs`; b_v: tuple of the T rows of this
+    sub-tile's value channels (input dtype). Per step: the delta step, o (zeros where not
+    `valid`), then the saves: the state sub-tile (SNAPSHOT) or its slice of rawv (RING;
+    the shared ring entries are `_store_ring_shared`'s). Nothing but o is written unless
     `valid`.
     """
-    m_k = valid & (o_k >= 0)
+    m_v = valid & (o_v >= 0)
     for t in tl.static_range(T):
-        b_g, b_beta = _gate_beta(
-            b_a[t].to(tl.float32), b_dt_bias, b_A_log, b_b[t].to(tl.float32), lower_bound, SAFE_GATE
-        )
-        b_qn = _l2norm(b_q[t].to(tl.float32), 1e-6) * scale
-        b_kn = _l2norm(b_k[t].to(tl.float32), 1e-6)
-        b_S, b_o = _delta_step(b_S, b_qn, b_kn, b_v[t].to(tl.float32), b_g, b_beta)
+        b_S, b_o = _delta_step(b_S, b_qn[t], b_kn[t], b_v[t].to(tl.float32), b_g[t], b_beta[t])
         tl.store(p_o + t * s_o_n, tl.where(valid, b_o, 0.0).to(p_o.dtype.element_ty))
         if SNAPSHOT:
             p = p_snap + t * s_snap_t + o_v[:, None] * s_snap_v + o_k[None, :]
-            tl.store(p, b_S, mask=valid & (o_v[:, None] >= 0))
+            tl.store(p, b_S, mask=m_v[:, None])
         if RING:
-            tl.store(
-                p_rawk + t * s_rawk_r + o_k, b_k[t].to(p_rawk.dtype.element_ty), mask=own_k & m_k
-            )
-            tl.store(
-                p_rawv + t * s_rawv_r + o_v,
-                b_v[t].to(p_rawv.dtype.element_ty),
-                mask=valid & (o_v >= 0),
-            )
-            tl.store(p_g + t * s_g_r + o_k, b_g, mask=own_v & m_k)
-            tl.store(p_beta + t * s_beta_r, b_beta, mask=own_v & valid)
+            tl.store(p_rawv + t * s_rawv_r + o_v, b_v[t].to(p_rawv.dtype.element_ty), mask=m_v)
     return b_S
 
 
@@ -277,41 +281,59 @@ def num_warps_for(block_v, K):
     return max(1, min(8, block_v * K // 1024))
 
 
-# Default (BLOCK_V, num_warps) of the recurrence kernels by mode and batch: rows
-# (largest batch, BLOCK_V, num_warps), first match wins. "fused*" is the fused kernel,
-# "unfused*" the recurrent kernel of the unfused pair. Small batches use narrow tiles so
-# that B * HV * (V / BLOCK_V) programs fill the GPU; large batches use wider tiles so that
-# the q/k work is shared by more of the state. The fp32 state tile takes
-# BLOCK_V * K / (32 * num_warps) registers per thread; keeping that at or under ~32 keeps
-# it out of local memory. tools/gpu_tune_kda.py times every tile on a GPU (cold timings,
-# H = HV = 8, K = V = 128, T = 4) and prints the table its best tiles make.
-# The rows for B > 8 come from the v3 sweep (docs/perf/kda.md): at B = 64 the ring modes
-# gain most from one tile per value head (BLOCK_V = V = 128, 4 warps: the q/k conv, norm and
-# gate are no longer repeated per tile; the state tile then holds 128 fp32 values per thread,
-# more than the ~32 above, and still wins), the snapshot modes stay at narrower tiles.
+# Default tiles of the recurrence kernels by mode and batch: rows (largest batch, BLOCK_V,
+# SUB_V, num_warps, stages), first match wins. "fused*" is the fused kernel, "unfused*" the
+# recurrent kernel of the unfused pair. A program owns BLOCK_V value rows of one value
+# head: it computes the head's per-step q, k, gate and beta once, then walks its rows in
+# sub-tiles of SUB_V (a loop of BLOCK_V / SUB_V iterations, software-pipelined over
+# `stages` when > 1, so that the next sub-tile's state loads while this one computes).
+# Small batches use narrow tiles so that B * HV * (V / BLOCK_V) programs fill the GPU;
+# large batches use wide ones so that the q/k work is shared by more of the state. The
+# fp32 sub-tile takes SUB_V * K / (32 * num_warps) registers per thread.
+# tools/gpu_tune_kda.py times the tiles on a GPU (cold timings, H = HV = 8, K = V = 128,
+# T = 4) and prints the table its best tiles make; docs/perf/kda.md has the runs.
 BLOCK_V_TABLE = {
-    "fused": ((2, 4, 1), (8, 8, 1), (32, 32, 4), (None, 32, 4)),
-    "fused+ring": ((2, 4, 1), (8, 8, 1), (32, 64, 4), (None, 128, 4)),
-    "unfused": ((2, 4, 1), (8, 8, 1), (32, 16, 2), (None, 8, 2)),
-    "unfused+ring": ((2, 4, 1), (8, 8, 1), (32, 32, 2), (None, 128, 4)),
+    "fused": ((2, 4, 4, 1, 1), (8, 8, 8, 1, 1), (32, 32, 32, 4, 1), (None, 32, 32, 4, 1)),
+    "fused+ring": ((2, 4, 4, 1, 1), (8, 8, 8, 1, 1), (32, 64, 64, 4, 1), (None, 128, 128, 4, 1)),
+    "unfused": ((2, 4, 4, 1, 1), (8, 8, 8, 1, 1), (32, 16, 16, 2, 1), (None, 8, 8, 2, 1)),
+    "unfused+ring": ((2, 4, 4, 1, 1), (8, 8, 8, 1, 1), (32, 32, 32, 2, 1), (None, 128, 128, 4, 1)),
 }
 
 
-def pick_tile(mode, forced_bv, forced_warps, B, V, K):
-    """(BLOCK_V, num_warps): the forced values where given (ints), else the table's for the
-    mode and batch; a forced BLOCK_V without forced warps gets `num_warps_for`."""
-    _, bv, nw = next(row for row in BLOCK_V_TABLE[mode] if row[0] is None or B <= row[0])
-    if forced_bv is not None:
-        if not isinstance(forced_bv, int) or forced_bv < 1 or forced_bv & (forced_bv - 1):
-            raise ValueError(
-                f"KDA_VERIFY_BLOCK_V must be None or a power of two, got {forced_bv!r}"
-            )
-        bv, nw = forced_bv, num_warps_for(forced_bv, K)
-    if forced_warps is not None:
-        if forced_warps not in (1, 2, 4, 8, 16):
-            raise ValueError(f"num_warps must be None or 1, 2, 4, 8 or 16, got {forced_warps!r}")
-        nw = forced_warps
-    return min(bv, V), nw
+def _check_pow2_knob(name, value):
+    if value is not None and (not isinstance(value, int) or value < 1 or value & (value - 1)):
+        raise ValueError(f"{name} must be None or a power of two, got {value!r}")
+
+
+def pick_tile(mode, knobs, B, V, K):
+    """(BLOCK_V, SUB_V, num_warps, stages) of `mode` at batch B.
+
+    knobs: the module's forced values {"BLOCK_V", "SUB_V", "NUM_WARPS", "STAGES"} (None =
+    the table's). A forced BLOCK_V without a forced SUB_V walks its rows in one piece
+    (SUB_V = BLOCK_V, one stage) with `num_warps_for` warps; a forced SUB_V larger than
+    BLOCK_V is clipped to it. The knob names in messages carry `prefix`."""
+    prefix = knobs.get("prefix", "")
+    _, bv, sub, nw, st = next(row for row in BLOCK_V_TABLE[mode] if row[0] is None or B <= row[0])
+    f_bv, f_sub, f_nw, f_st = (knobs.get(k) for k in ("BLOCK_V", "SUB_V", "NUM_WARPS", "STAGES"))
+    _check_pow2_knob(f"{prefix}BLOCK_V", f_bv)
+    _check_pow2_knob(f"{prefix}SUB_V", f_sub)
+    if f_bv is not None:
+        bv, sub, st = f_bv, f_bv, 1
+        nw = num_warps_for(f_bv, K)
+    bv = min(bv, V)
+    if f_sub is not None:
+        sub = f_sub
+        nw = num_warps_for(min(sub, bv), K) if f_nw is None else nw
+    sub = min(sub, bv)
+    if f_nw is not None:
+        if f_nw not in (1, 2, 4, 8, 16):
+            raise ValueError(f"{prefix}NUM_WARPS must be None or 1, 2, 4, 8 or 16, got {f_nw!r}")
+        nw = f_nw
+    if f_st is not None:
+        if not isinstance(f_st, int) or not 1 <= f_st <= 4:
+            raise ValueError(f"{prefix}STAGES must be None or an int in 1..4, got {f_st!r}")
+        st = f_st
+    return bv, sub, nw, st
 
 
 def check_state_and_saves(

@@ -1,11 +1,15 @@
 """Fused KDA chain verify: conv + split + gate + delta-rule recurrence in one kernel.
 
-One program per (sequence, value head, V tile), as in the recurrent kernel. Each program
-recomputes the causal conv for the 2K q/k channels of its q/k head and for its BLOCK_V
-value channels, rounding each output to the input dtype exactly where the unfused conv
-kernel stores it, then runs the same gate, normalization and delta step. The conv, gate
-and beta math comes from the `@triton.jit` helpers in `common`, shared with the unfused
-kernels, so the ring bytes match those of the unfused path exactly.
+One program per (sequence, value head, V tile of BLOCK_V rows), as in the recurrent
+kernel. Each program computes the causal conv of the 2K q/k channels of its q/k head once,
+with the per-step gate, beta and normalized q and k, then walks its value rows in sub-tiles
+of SUB_V: the conv of the sub-tile's value channels, its fp32 state rows and the T delta
+steps. The sub-tiles are independent (a state row only meets its own value channel), so
+the loop is software-pipelined: the next sub-tile's state and inputs load while this one
+computes. Every conv output is rounded to the input dtype exactly where the unfused conv
+kernel stores it; the conv, gate and beta math comes from the `@triton.jit` helpers in
+`common`, shared with the unfused kernels, so the ring bytes match those of the unfused
+path exactly.
 
 Ownership of the shared writes (each byte written once): the q/k conv windows and rawk
 by the first V tile of the first value head of each q/k group; g and beta by the first
@@ -20,6 +24,8 @@ from .common import (
     FLOAT_DTYPES,
     _conv_out,
     _load_rows,
+    _step_inputs,
+    _store_ring_shared,
     _store_windows,
     _verify_steps,
     check_devices,
@@ -33,10 +39,12 @@ from .common import (
     tokens_view,
 )
 
-# Value tile and warps of the fused kernel, read at every call: None picks from
-# common.BLOCK_V_TABLE by mode ("fused" / "fused+ring") and batch; an int forces it.
+# Tile of the fused kernel, read at every call: None picks from common.BLOCK_V_TABLE by
+# mode ("fused" / "fused+ring") and batch; an int forces it (see common.pick_tile).
 KDA_VERIFY_BLOCK_V = None
+KDA_VERIFY_SUB_V = None
 KDA_VERIFY_NUM_WARPS = None
+KDA_VERIFY_STAGES = None
 
 
 @triton.jit
@@ -102,6 +110,8 @@ def _fused_verify_kernel(
     K: tl.constexpr,
     V: tl.constexpr,
     BLOCK_V: tl.constexpr,
+    SUB_V: tl.constexpr,
+    STAGES: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     SAFE_GATE: tl.constexpr,
     SNAPSHOT: tl.constexpr,
@@ -112,7 +122,6 @@ def _fused_verify_kernel(
     i_v = tl.program_id(2)
     i_h = i_hv // (HV // H)
     o_k = tl.arange(0, K)
-    o_v = i_v * BLOCK_V + tl.arange(0, BLOCK_V)
     DT = mixed.dtype.element_ty
 
     # 1. The indices: they head the longest chain of loads (index -> state / conv line).
@@ -121,72 +130,81 @@ def _fused_verify_kernel(
     i_line = tl.load(inter_indices + i_n).to(tl.int64)
     valid = (i_slot >= 0) & (i_cline >= 0) & (i_line >= 0)
 
-    # 2. Everything that does not depend on them, for all T steps at once: the new inputs
-    # of this program's channels (q and k of head i_h, its slice of value head i_hv), the
-    # conv weights and biases, a, b and the gate parameters.
+    # 2. The q/k head's inputs for all T steps (new inputs, conv weights and bias, saved
+    # conv inputs), a, b and the gate parameters, all loaded before anything is computed.
     c_q = i_h * K + o_k
     c_k = H * K + i_h * K + o_k
-    c_v = 2 * H * K + i_hv * V + o_v
     p_x = mixed + i_n * T * s_m_n
+    p_cs = conv_state + i_cline * s_cs_l
+    m_k = valid & (o_k >= 0)
     b_xq = _load_rows(p_x + c_q, s_m_n, T, None)
     b_xk = _load_rows(p_x + c_k, s_m_n, T, None)
-    b_xv = _load_rows(p_x + c_v, s_m_n, T, None)
     b_wq = _load_rows(conv_w + c_q * s_cw_c, s_cw_w, W, None)
     b_wk = _load_rows(conv_w + c_k * s_cw_c, s_cw_w, W, None)
-    b_wv = _load_rows(conv_w + c_v * s_cw_c, s_cw_w, W, None)
     if HAS_BIAS:
         b_bq = tl.load(conv_b + c_q).to(tl.float32)
         b_bk = tl.load(conv_b + c_k).to(tl.float32)
-        b_bv = tl.load(conv_b + c_v).to(tl.float32)
     else:
         b_bq = tl.zeros([K], dtype=tl.float32)
         b_bk = tl.zeros([K], dtype=tl.float32)
-        b_bv = tl.zeros([BLOCK_V], dtype=tl.float32)
     i_tok = i_n * T
     b_a = _load_rows(a + i_tok * s_a_n + i_hv * K + o_k, s_a_n, T, None)
     b_b = _load_rows(b + i_tok * s_b_n + i_hv, s_b_n, T, None)
     b_A_log = tl.load(A_log + i_hv)
     b_dt_bias = tl.load(dt_bias + i_hv * K + o_k)
-
-    # 3. What the indices select: the saved conv inputs and the state tile (zeros for a
-    # padded sequence, whose results are never stored).
-    m_k = valid & (o_k >= 0)
-    m_v = valid & (o_v >= 0)
-    p_cs = conv_state + i_cline * s_cs_l
     b_xq = _load_rows(p_cs + c_q * s_cs_c, s_cs_w, W - 1, m_k) + b_xq
     b_xk = _load_rows(p_cs + c_k * s_cs_c, s_cs_w, W - 1, m_k) + b_xk
-    b_xv = _load_rows(p_cs + c_v * s_cs_c, s_cs_w, W - 1, m_v) + b_xv
-    p_h0 = h0 + i_slot * s_h0_s + i_hv * s_h0_h + o_v[:, None] * s_h0_v + o_k[None, :]
-    b_S = tl.load(p_h0, mask=valid & (o_v[:, None] >= 0), other=0.0)
 
-    # 4. The conv outputs of all steps, rounded to the input dtype exactly where the
-    # unfused conv kernel stores them, and the windows (q/k windows by one program of
-    # the q/k head, v windows by every program for its slice).
+    # 3. The q/k conv outputs of all steps (rounded to the input dtype where the unfused
+    # conv kernel stores them), their windows (by one program of the q/k head), the per-step
+    # gate, beta and normalized q, k, and the ring entries shared by the head.
     b_q = ()
     b_k = ()
-    b_v = ()
     for t in tl.static_range(T):
         b_q = b_q + (_conv_out(b_xq, b_wq, b_bq, t, W, True).to(DT),)
         b_k = b_k + (_conv_out(b_xk, b_wk, b_bk, t, W, True).to(DT),)
-        b_v = b_v + (_conv_out(b_xv, b_wv, b_bv, t, W, True).to(DT),)
     own_v = i_v == 0
     own_k = own_v & (i_hv % (HV // H) == 0)
     p_win = window + i_line * s_win_l
     _store_windows(p_win + c_q * s_win_c, s_win_t, s_win_w, b_xq, T, W, m_k & own_k)
     _store_windows(p_win + c_k * s_win_c, s_win_t, s_win_w, b_xk, T, W, m_k & own_k)
-    _store_windows(p_win + c_v * s_win_c, s_win_t, s_win_w, b_xv, T, W, m_v)
+    b_g, b_beta, b_qn, b_kn = _step_inputs(
+        b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
+    )
+    if RING:
+        _store_ring_shared(
+            rawk + i_slot * s_rawk_s + i_h * s_rawk_h, s_rawk_r,
+            ring_g + i_slot * s_g_s + i_hv * s_g_h, s_g_r,
+            ring_beta + i_slot * s_beta_s + i_hv * s_beta_h, s_beta_r,
+            b_k, b_g, b_beta, o_k, m_k & own_k, own_v & valid, T,
+        )  # fmt: skip
 
-    # 5. The recurrence and the saves, shared with the recurrent kernel.
+    # 4. The value rows in sub-tiles: each loads its value channels' inputs and state rows
+    # (zeros for a padded sequence, whose results are never stored), computes their conv
+    # and windows, then runs the T delta steps with the saves.
+    p_h0 = h0 + i_slot * s_h0_s + i_hv * s_h0_h
     p_snap = snap + i_line * s_snap_l + i_hv * s_snap_h
-    _verify_steps(
-        b_S, b_q, b_k, b_v, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, valid,
-        o + i_tok * s_o_n + i_hv * s_o_h + o_v, s_o_n, p_snap, s_snap_t, s_snap_v,
-        rawk + i_slot * s_rawk_s + i_h * s_rawk_h, s_rawk_r,
-        rawv + i_slot * s_rawv_s + i_hv * s_rawv_h, s_rawv_r,
-        ring_g + i_slot * s_g_s + i_hv * s_g_h, s_g_r,
-        ring_beta + i_slot * s_beta_s + i_hv * s_beta_h, s_beta_r,
-        o_v, o_k, own_v, own_k, T, SAFE_GATE, SNAPSHOT, RING,
-    )  # fmt: skip
+    for i_s in tl.range(0, BLOCK_V // SUB_V, num_stages=STAGES):
+        o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
+        m_sv = valid & (o_sv >= 0)
+        c_v = 2 * H * K + i_hv * V + o_sv
+        b_xv = _load_rows(p_x + c_v, s_m_n, T, None)
+        b_wv = _load_rows(conv_w + c_v * s_cw_c, s_cw_w, W, None)
+        if HAS_BIAS:
+            b_bv = tl.load(conv_b + c_v).to(tl.float32)
+        else:
+            b_bv = tl.zeros([SUB_V], dtype=tl.float32)
+        b_xv = _load_rows(p_cs + c_v * s_cs_c, s_cs_w, W - 1, m_sv) + b_xv
+        b_S = tl.load(p_h0 + o_sv[:, None] * s_h0_v + o_k[None, :], mask=m_sv[:, None], other=0.0)
+        b_v = ()
+        for t in tl.static_range(T):
+            b_v = b_v + (_conv_out(b_xv, b_wv, b_bv, t, W, True).to(DT),)
+        _store_windows(p_win + c_v * s_win_c, s_win_t, s_win_w, b_xv, T, W, m_sv)
+        _verify_steps(
+            b_S, b_qn, b_kn, b_v, b_g, b_beta, valid,
+            o + i_tok * s_o_n + i_hv * s_o_h + o_sv, s_o_n, p_snap, s_snap_t, s_snap_v,
+            rawv + i_slot * s_rawv_s + i_hv * s_rawv_h, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING,
+        )  # fmt: skip
 
 
 def fused_kda_conv_gating_verify(
@@ -312,7 +330,14 @@ def fused_kda_conv_gating_verify(
     o = mixed_qkv.new_empty(N, HV, V)
     ptrs, strides = save_args(intermediate_states_buffer, ring, cache_ring, ssm_states, dtype)
     mode = "fused+ring" if cache_ring else "fused"
-    BV, num_warps = pick_tile(mode, KDA_VERIFY_BLOCK_V, KDA_VERIFY_NUM_WARPS, B, V, K)
+    knobs = dict(
+        BLOCK_V=KDA_VERIFY_BLOCK_V,
+        SUB_V=KDA_VERIFY_SUB_V,
+        NUM_WARPS=KDA_VERIFY_NUM_WARPS,
+        STAGES=KDA_VERIFY_STAGES,
+        prefix="KDA_VERIFY_",
+    )
+    BV, SUB, num_warps, stages = pick_tile(mode, knobs, B, V, K)
     grid = (B, HV, V // BV)
     _fused_verify_kernel[grid](
         mixed_qkv, conv_weight, conv_bias if conv_bias is not None else conv_weight, conv_state,
@@ -323,7 +348,7 @@ def fused_kda_conv_gating_verify(
         *strides,
         scale,
         0.0 if lower_bound is None else float(lower_bound),
-        T=T, W=W, H=H, HV=HV, K=K, V=V, BLOCK_V=BV,
+        T=T, W=W, H=H, HV=HV, K=K, V=V, BLOCK_V=BV, SUB_V=SUB, STAGES=stages,
         HAS_BIAS=conv_bias is not None,
         SAFE_GATE=lower_bound is not None,
         SNAPSHOT=intermediate_states_buffer is not None,

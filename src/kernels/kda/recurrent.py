@@ -1,11 +1,13 @@
 """KDA gated delta-rule recurrence over T tokens per sequence (the second unfused kernel).
 
-One program per (sequence, value head, V tile). The fp32 state tile [BLOCK_V, K] stays in
-registers across the T steps; q and k of the value head's q/k head are loaded and
-normalized in every program (they are small and shared through L2). Every input of all T
-steps is loaded up front, so the loads overlap instead of waiting behind the previous
-step's stores. After each step the program saves either its snapshot tile or its share of
-the ring (see `common._verify_steps`).
+One program per (sequence, value head, V tile of BLOCK_V rows). q and k of the value
+head's q/k head, the gate and beta of all T steps are loaded and prepared once per program
+(they are small and shared through L2); then the program walks its value rows in
+sub-tiles of SUB_V, each an fp32 state tile [SUB_V, K] kept in registers across the T
+steps. The sub-tiles are independent, so that loop is software-pipelined (the next
+sub-tile's state loads while this one computes). After each step a sub-tile saves either
+its snapshot or its slice of the ring (see `common._verify_steps`); the ring entries
+shared by the head are written once, by the first V tile.
 """
 
 import torch
@@ -15,6 +17,8 @@ import triton.language as tl
 from .common import (
     FLOAT_DTYPES,
     _load_rows,
+    _step_inputs,
+    _store_ring_shared,
     _verify_steps,
     check_devices,
     check_heads,
@@ -26,10 +30,12 @@ from .common import (
     tokens_view,
 )
 
-# Value tile and warps of the recurrent kernel, read at every call: None picks from
-# common.BLOCK_V_TABLE (modes "unfused" / "unfused+ring"), an int forces it.
+# Tile of the recurrent kernel, read at every call: None picks from common.BLOCK_V_TABLE
+# (modes "unfused" / "unfused+ring"), an int forces it (see common.pick_tile).
 RECURRENT_BLOCK_V = None
+RECURRENT_SUB_V = None
 RECURRENT_NUM_WARPS = None
+RECURRENT_STAGES = None
 
 
 @triton.jit
@@ -87,6 +93,8 @@ def _recurrent_verify_kernel(
     K: tl.constexpr,
     V: tl.constexpr,
     BLOCK_V: tl.constexpr,
+    SUB_V: tl.constexpr,
+    STAGES: tl.constexpr,
     SAFE_GATE: tl.constexpr,
     SNAPSHOT: tl.constexpr,
     RING: tl.constexpr,
@@ -97,10 +105,9 @@ def _recurrent_verify_kernel(
     i_v = tl.program_id(2)
     i_h = i_hv // (HV // H)
     o_k = tl.arange(0, K)
-    o_v = i_v * BLOCK_V + tl.arange(0, BLOCK_V)
 
     # Slot and line first (they head the longest chain: index -> state), then the per-token
-    # rows of all T steps, which do not depend on them, then the state tile.
+    # rows of all T steps, which do not depend on them.
     i_slot = tl.load(h0_indices + i_n).to(tl.int64)
     valid = i_slot >= 0
     p_snap = snap
@@ -111,28 +118,40 @@ def _recurrent_verify_kernel(
     i_tok = i_n * T
     b_q = _load_rows(q + i_tok * s_q_n + i_h * s_q_h + o_k, s_q_n, T, None)
     b_k = _load_rows(k + i_tok * s_k_n + i_h * s_k_h + o_k, s_k_n, T, None)
-    b_v = _load_rows(v + i_tok * s_v_n + i_hv * s_v_h + o_v, s_v_n, T, None)
     b_a = _load_rows(a + i_tok * s_a_n + i_hv * K + o_k, s_a_n, T, None)
     b_b = _load_rows(b + i_tok * s_b_n + i_hv, s_b_n, T, None)
     b_A_log = tl.load(A_log + i_hv)
     b_dt_bias = tl.load(dt_bias + i_hv * K + o_k)
-    p_h0 = h0 + i_slot * s_h0_s + i_hv * s_h0_h + o_v[:, None] * s_h0_v + o_k[None, :]
-    m_S = valid & (o_v[:, None] >= 0)
-    b_S = tl.load(p_h0, mask=m_S, other=0.0)
 
     own_v = i_v == 0
     own_k = own_v & (i_hv % (HV // H) == 0)
-    b_S = _verify_steps(
-        b_S, b_q, b_k, b_v, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, valid,
-        o + i_tok * s_o_n + i_hv * s_o_h + o_v, s_o_n, p_snap, s_snap_t, s_snap_v,
-        rawk + i_slot * s_rawk_s + i_h * s_rawk_h, s_rawk_r,
-        rawv + i_slot * s_rawv_s + i_hv * s_rawv_h, s_rawv_r,
-        ring_g + i_slot * s_g_s + i_hv * s_g_h, s_g_r,
-        ring_beta + i_slot * s_beta_s + i_hv * s_beta_h, s_beta_r,
-        o_v, o_k, own_v, own_k, T, SAFE_GATE, SNAPSHOT, RING,
-    )  # fmt: skip
-    if STORE_FINAL:
-        tl.store(p_h0, b_S, mask=m_S)
+    b_g, b_beta, b_qn, b_kn = _step_inputs(
+        b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
+    )
+    if RING:
+        _store_ring_shared(
+            rawk + i_slot * s_rawk_s + i_h * s_rawk_h, s_rawk_r,
+            ring_g + i_slot * s_g_s + i_hv * s_g_h, s_g_r,
+            ring_beta + i_slot * s_beta_s + i_hv * s_beta_h, s_beta_r,
+            b_k, b_g, b_beta, o_k, own_k & valid & (o_k >= 0), own_v & valid, T,
+        )  # fmt: skip
+
+    # The value rows in independent sub-tiles: v rows and state rows (zeros for a padded
+    # sequence, whose results are never stored), the T steps, the final state if asked.
+    p_h0 = h0 + i_slot * s_h0_s + i_hv * s_h0_h
+    for i_s in tl.range(0, BLOCK_V // SUB_V, num_stages=STAGES):
+        o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
+        b_v = _load_rows(v + i_tok * s_v_n + i_hv * s_v_h + o_sv, s_v_n, T, None)
+        p_S = p_h0 + o_sv[:, None] * s_h0_v + o_k[None, :]
+        m_S = valid & (o_sv[:, None] >= 0)
+        b_S = tl.load(p_S, mask=m_S, other=0.0)
+        b_S = _verify_steps(
+            b_S, b_qn, b_kn, b_v, b_g, b_beta, valid,
+            o + i_tok * s_o_n + i_hv * s_o_h + o_sv, s_o_n, p_snap, s_snap_t, s_snap_v,
+            rawv + i_slot * s_rawv_s + i_hv * s_rawv_h, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING,
+        )  # fmt: skip
+        if STORE_FINAL:
+            tl.store(p_S, b_S, mask=m_S)
 
 
 def fused_sigmoid_gating_delta_rule_update(
@@ -273,7 +292,14 @@ def fused_sigmoid_gating_delta_rule_update(
         else initial_state_indices
     )
     mode = "unfused+ring" if cache_ring else "unfused"
-    BV, num_warps = pick_tile(mode, RECURRENT_BLOCK_V, RECURRENT_NUM_WARPS, B, V, K)
+    knobs = dict(
+        BLOCK_V=RECURRENT_BLOCK_V,
+        SUB_V=RECURRENT_SUB_V,
+        NUM_WARPS=RECURRENT_NUM_WARPS,
+        STAGES=RECURRENT_STAGES,
+        prefix="RECURRENT_",
+    )
+    BV, SUB, num_warps, stages = pick_tile(mode, knobs, B, V, K)
     grid = (B, HV, V // BV)
     _recurrent_verify_kernel[grid](
         q3, k3, v3, a2, b2, A_log, dt_bias, initial_state_source, initial_state_indices, o3, snap_idx,
@@ -284,7 +310,7 @@ def fused_sigmoid_gating_delta_rule_update(
         *strides,
         scale,
         0.0 if lower_bound is None else float(lower_bound),
-        T=T, H=H, HV=HV, K=K, V=V, BLOCK_V=BV,
+        T=T, H=H, HV=HV, K=K, V=V, BLOCK_V=BV, SUB_V=SUB, STAGES=stages,
         SAFE_GATE=lower_bound is not None,
         SNAPSHOT=intermediate_states_buffer is not None,
         RING=bool(cache_ring),
