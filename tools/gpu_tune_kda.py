@@ -149,7 +149,7 @@ def sweep(result, args, deadline):
     """Section 3: every tile (BLOCK_V, SUB_V, stages, num_warps), checked, then timed cold at
     each batch size. SUB_V 0 = BLOCK_V (one piece, one stage)."""
     tiles = [
-        (bv, sub, st, nw)
+        (bv, sub if sub < bv else 0, st, nw)
         for bv in args.block_v
         for sub in args.sub_v
         for st in (args.stages if 0 < sub < bv else [1])
