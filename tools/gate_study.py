@@ -122,8 +122,9 @@ KDA_HUNKS = (
         "# the store needs gate_never > 0, which the wrapper never passes.\n"
         "b_x = tl.zeros([BLOCK_V], dtype=tl.float32) + b_A_log\n"
         + _CHAIN
-        + "p_x = o + i_tok * s_o_n + i_hv * s_o_h + o_v\n"
-        "tl.store(p_x, b_x.to(o.dtype.element_ty), mask=(o_v >= 0) & (gate_never > 0.0))\n\n\n",
+        + "o_x = i_v * BLOCK_V + tl.arange(0, BLOCK_V)\n"
+        "p_x = o + i_tok * s_o_n + i_hv * s_o_h + o_x\n"
+        "tl.store(p_x, b_x.to(o.dtype.element_ty), mask=(o_x >= 0) & (gate_never > 0.0))\n\n\n",
         before=True,
         indent=4,
     ),
