@@ -76,12 +76,6 @@ DERIVED_SAMPLES = 3 if SMOKE else 5
 SAMPLE_SECONDS = 0.005 if SMOKE else 0.025
 # The interpreter has nothing to compile, and smoke calls are slow: no warm-up there.
 WARMUP_CALLS = 0 if SMOKE else 3
-# Placements of a gated timing: its inputs are built this many times (the same values in
-# different buffers) and the samples rotate over them. Where a buffer sits in device
-# memory (DRAM channels, L2 slices) is fixed for one allocation and moves a kernel's time
-# by up to ~1% at some points (tools/gpu_placement_probe.py); one placement per process
-# turns that into process-to-process noise, several per process average it out.
-PLACEMENTS = 2 if SMOKE else 5
 
 MODE_NAME = "smoke" if SMOKE else ("nightly" if NIGHTLY else "default")
 
@@ -215,52 +209,44 @@ def metric(unit):
     return decorate
 
 
-def per_call_seconds(fns, calls, graph=True, samples=SAMPLES, placements=()):
+def per_call_seconds(fns, calls, graph=True, samples=SAMPLES):
     """Per-call time samples (seconds) of `calls` consecutive calls, as a list of `samples`.
 
     `fns` is a list of zero-argument callables; call i runs fns[i % len(fns)] (one callable
     for seed-style timing on the same buffers; several for "cold" timing over disjoint
-    buffer sets). `placements`: more lists like `fns`, the same calls on inputs built again
-    elsewhere in device memory; sample j then runs placement j % (1 + len(placements)), so
-    the samples (and their median) cover every placement. Warm-up calls (JIT compile,
-    autotune, allocator) come first and are not timed.
+    buffer sets). Warm-up calls (JIT compile, autotune, allocator) come first and are not
+    timed.
 
-    GPU: each placement's calls are captured in one CUDA graph (graph=False: plain
-    back-to-back launches, for code that cannot be captured, such as autograd) and replayed
-    enough times that one sample covers about SAMPLE_SECONDS of device time, between two
-    CUDA events. Each sample is the elapsed time divided by the number of calls it covers.
+    GPU: the calls are captured in one CUDA graph (graph=False: plain back-to-back
+    launches, for code that cannot be captured, such as autograd) and replayed enough times
+    that one sample covers about SAMPLE_SECONDS of device time, between two CUDA events.
+    Each sample is the elapsed time divided by the number of calls it covers.
     Smoke: the same schedule timed with the host clock.
     """
-    runs = []
-    for group in (fns, *placements):
-        seq = [group[i % len(group)] for i in range(calls)]
+    seq = [fns[i % len(fns)] for i in range(calls)]
 
-        def run_all(seq=seq):
-            for f in seq:
-                f()
+    def run_all():
+        for f in seq:
+            f()
 
-        for f in group:
-            for _ in range(WARMUP_CALLS):
-                f()
-        runs.append(run_all)
+    for f in fns:
+        for _ in range(WARMUP_CALLS):
+            f()
     if SMOKE:
-        return _host_samples(runs, calls, samples)
+        return _host_samples(run_all, calls, samples)
     torch.cuda.synchronize()
+    run = run_all
     if graph:
-        graphs = []
-        for run_all in runs:
-            cuda_graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(cuda_graph):
-                run_all()
-            graphs.append(cuda_graph.replay)
-        runs = graphs
-    return _event_samples(runs, calls, samples)
+        cuda_graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(cuda_graph):
+            run_all()
+        run = cuda_graph.replay
+    return _event_samples(run, calls, samples)
 
 
-def _host_samples(runs, calls, count):
+def _host_samples(run, calls, count):
     samples = []
-    for i in range(count):
-        run = runs[i % len(runs)]
+    for _ in range(count):
         n, t0 = 0, time.perf_counter()
         while True:
             run()
@@ -272,10 +258,10 @@ def _host_samples(runs, calls, count):
     return samples
 
 
-def _event_samples(runs, calls, count):
+def _event_samples(run, calls, count):
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
-    def timed(run, reps):
+    def timed(reps):
         start.record()
         for _ in range(reps):
             run()
@@ -283,11 +269,9 @@ def _event_samples(runs, calls, count):
         end.synchronize()
         return start.elapsed_time(end) * 1e-3
 
-    for run in runs[1:]:
-        run()  # a graph's first replay uploads it: not a sample
-    once = timed(runs[0], 1)
+    once = timed(1)
     reps = max(1, min(1000, math.ceil(SAMPLE_SECONDS / max(once, 1e-7))))
-    return [timed(runs[i % len(runs)], reps) / (reps * calls) for i in range(count)]
+    return [timed(reps) / (reps * calls) for _ in range(count)]
 
 
 def timing_result(samples):

@@ -19,7 +19,6 @@ from .common import (
     DEVICE,
     DTYPE,
     FULL_SUITE,
-    PLACEMENTS,
     SAMPLES,
     SMOKE,
     check_close,
@@ -201,10 +200,7 @@ class _Timed(_Verify):
 
     @metric("seconds")
     def track_time(self, *params):
-        # Seed-style: every call of a graph on the same buffers; the samples rotate over
-        # PLACEMENTS such buffer sets (the same inputs, built again), see common.PLACEMENTS.
-        more = [[self.call(seed=0)] for _ in range(PLACEMENTS - 1)]
-        return timing_result(per_call_seconds([self.fn], calls=GRAPH_CALLS, placements=more))
+        return timing_result(per_call_seconds([self.fn], calls=GRAPH_CALLS))
 
     @metric("seconds")
     def track_time_cold(self, *params):

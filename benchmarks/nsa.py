@@ -15,7 +15,6 @@ from .common import (
     DERIVED_SAMPLES,
     DEVICE,
     FULL_SUITE,
-    PLACEMENTS,
     SAMPLES,
     SMOKE,
     check_close,
@@ -106,7 +105,7 @@ class _Selection:
             total = torch.cuda.get_device_properties(0).total_memory
             if p.B * p.Hq * seq_len * seq_len * 4 > total:
                 raise NotImplementedError("dense reference cannot fit on this device at all")
-        self.p, self.T, self.impl, self.pattern = p, seq_len, impl, pattern
+        self.p, self.T, self.impl = p, seq_len, impl
         self.oom = False
         if impl == "triton":
             self.check(self.inputs(CHECK_SEQ_LEN, pattern, seed=7))
@@ -135,16 +134,10 @@ class _Selection:
             "idx": idx,
         }
 
-    def samples(self, count=SAMPLES, placements=1):
-        """Per-call samples; with placements > 1 (kernels only) the samples rotate over that
-        many copies of the inputs (the same values, built again), see common.PLACEMENTS."""
+    def samples(self, count=SAMPLES):
         fn, graph = self.timed_fn()
         calls = GRAPH_CALLS if graph else 1
-        more = []
-        if self.impl == "triton":
-            for _ in range(placements - 1):
-                more.append([self.make_fn(self.inputs(self.T, self.pattern, seed=0))])
-        return per_call_seconds([fn], calls=calls, graph=graph, samples=count, placements=more)
+        return per_call_seconds([fn], calls=calls, graph=graph, samples=count)
 
     def seconds(self):
         """Median per-call time for the derived figures."""
@@ -155,7 +148,7 @@ class _Selection:
 
     @metric("seconds")
     def track_time(self, *params):
-        return timing_result(self.samples(placements=PLACEMENTS))
+        return timing_result(self.samples())
 
     @metric("bytes")
     def track_peak_vram_bytes(self, *params):
@@ -187,24 +180,17 @@ class NsaForward(_Selection):
         ref = a.selection_forward_reference(x["q"], x["k"], x["v"], x["idx"], bs)
         check_close("selection_forward_triton o", got, ref)
 
-    def make_fn(self, x):
-        a, bs = self.api, self.p.block_size
-        f = a.selection_forward_triton if self.impl == "triton" else a.selection_forward_reference
-
-        def fn():
-            with torch.no_grad():
-                return f(x["q"], x["k"], x["v"], x["idx"], bs)
-
-        return fn
-
     def prepare(self):
-        self.fn = self.make_fn(self.x)
+        a, x, bs = self.api, self.x, self.p.block_size
+        f = a.selection_forward_triton if self.impl == "triton" else a.selection_forward_reference
+        self.fn = lambda: f(x["q"], x["k"], x["v"], x["idx"], bs)
 
     def peak_fn(self):
-        return self.fn()
+        with torch.no_grad():
+            return self.fn()
 
     def timed_fn(self):
-        return self.fn, self.impl == "triton"
+        return self.peak_fn, self.impl == "triton"
 
 
 class NsaBackward(_Selection):
@@ -234,16 +220,14 @@ class NsaBackward(_Selection):
         o = self.api.selection_forward_reference(*leaves, x["idx"], self.p.block_size)
         return leaves, o
 
-    def make_fn(self, x):
-        a, bs = self.api, self.p.block_size
+    def prepare(self):
+        a, x, bs = self.api, self.x, self.p.block_size
         if self.impl == "triton":
             qkv = (x["q"], x["k"], x["v"])
             o, lse = a.selection_forward_triton(*qkv, x["idx"], bs, return_lse=True)
-            return lambda: a.selection_backward_triton(*qkv, x["idx"], bs, x["do"], o, lse)
-        return lambda: self.reference_grads(x)
-
-    def prepare(self):
-        self.fn = self.make_fn(self.x)
+            self.fn = lambda: a.selection_backward_triton(*qkv, x["idx"], bs, x["do"], o, lse)
+        else:
+            self.fn = lambda: self.reference_grads(x)
 
     def peak_fn(self):
         return self.fn()

@@ -103,20 +103,6 @@ def test_per_call_seconds_rotates_buffers():
     assert result["number"] == 1 and result["samples"] == samples
 
 
-@pytest.mark.skipif(not common.SMOKE, reason="host-timer path (smoke mode) only")
-def test_per_call_seconds_rotates_placements():
-    """Sample j runs placement j % P: every placement is timed, in turn, none skipped."""
-    order = []
-    groups = [[lambda p=p: order.append(p)] for p in range(3)]
-    samples = common.per_call_seconds(groups[0], calls=2, samples=5, placements=groups[1:])
-    assert len(samples) == 5 and all(s > 0 for s in samples)
-    assert set(order) == {0, 1, 2}
-    # Warm-up calls aside, the placements run in sample order: 0, 1, 2, 0, 1.
-    timed = [p for i, p in enumerate(order) if i >= 3 * common.WARMUP_CALLS]
-    firsts = [timed[0]] + [b for a, b in zip(timed, timed[1:], strict=False) if a != b]
-    assert firsts == [0, 1, 2, 0, 1]
-
-
 def test_check_close_rejects_wrong_and_nan():
     ref = torch.ones(8)
     common.check_close("same", ref + 1e-7, ref)
