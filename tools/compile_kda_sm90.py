@@ -112,13 +112,14 @@ def main():
     print(fmt.format(*head))
     n_bad = 0
     tiles = [
-        (bv, sub, st, nw)
+        (bv, sub if sub < bv else 0, st, nw)
         for bv in args.block_v
         for sub in args.sub_v
-        for st in args.stages
+        for st in (args.stages if 0 < sub < bv else [1])
         for nw in args.warps
         if sub <= bv
     ]
+    tiles = list(dict.fromkeys(tiles))
     first = tiles[0] if tiles else None
     for mode in args.modes:
         for bv, sub, st, nw in tiles:

@@ -292,11 +292,11 @@ def num_warps_for(block_v, K):
 # fp32 sub-tile takes SUB_V * K / (32 * num_warps) registers per thread.
 # tools/gpu_tune_kda.py times the tiles on a GPU (cold timings, H = HV = 8, K = V = 128,
 # T = 4) and prints the table its best tiles make; docs/perf/kda.md has the runs. The
-# B > 32 rows come from the v5 sweep: two sub-tiles of 32 rows per 64-row program for the
-# ring modes (q/k work shared by 64 rows, 32-row tiles in registers); a pipelined loop
-# (stages > 1) was slower at every measured point.
+# B > 32 rows of the ring modes come from the v5 sweep: two sub-tiles of 32 rows per 64-row
+# program (q/k work shared by 64 rows, 32-row tiles in registers); a pipelined loop
+# (stages > 1) was slower at almost every measured point.
 BLOCK_V_TABLE = {
-    "fused": ((2, 4, 4, 1, 1), (8, 8, 8, 1, 1), (32, 32, 32, 4, 1), (None, 64, 64, 4, 1)),
+    "fused": ((2, 4, 4, 1, 1), (8, 8, 8, 1, 1), (32, 32, 32, 4, 1), (None, 32, 32, 4, 1)),
     "fused+ring": ((2, 4, 4, 1, 1), (8, 8, 8, 1, 1), (32, 64, 64, 4, 1), (None, 64, 32, 4, 1)),
     "unfused": ((2, 4, 4, 1, 1), (8, 8, 8, 1, 1), (32, 16, 16, 2, 1), (None, 8, 8, 2, 1)),
     "unfused+ring": ((2, 4, 4, 1, 1), (8, 8, 8, 1, 1), (32, 32, 32, 2, 1), (None, 64, 32, 4, 1)),

@@ -155,22 +155,61 @@ def _fused_verify_kernel(
     b_xq = _load_rows(p_cs + c_q * s_cs_c, s_cs_w, W - 1, m_k) + b_xq
     b_xk = _load_rows(p_cs + c_k * s_cs_c, s_cs_w, W - 1, m_k) + b_xk
 
-    # 3. The q/k conv outputs of all steps (rounded to the input dtype where the unfused
-    # conv kernel stores them), their windows (by one program of the q/k head), the per-step
-    # gate, beta and normalized q, k, and the ring entries shared by the head.
+    # 3. The q/k conv outputs of all steps, rounded to the input dtype where the unfused
+    # conv kernel stores them.
     b_q = ()
     b_k = ()
     for t in tl.static_range(T):
         b_q = b_q + (_conv_out(b_xq, b_wq, b_bq, t, W, True).to(DT),)
         b_k = b_k + (_conv_out(b_xk, b_wk, b_bk, t, W, True).to(DT),)
+
+    # 4. The value rows. One piece (SUB_V == BLOCK_V): its loads (value channels' inputs,
+    # state rows; zeros for a padded sequence, whose results are never stored) go out
+    # before the per-step gate, beta and norms are computed, whose reductions would
+    # otherwise hold them back. Several sub-tiles: those per-step inputs first, then a loop
+    # that loads, computes and saves one sub-tile at a time.
+    p_h0 = h0 + i_slot * s_h0_s + i_hv * s_h0_h
+    p_snap = snap + i_line * s_snap_l + i_hv * s_snap_h
+    p_win = window + i_line * s_win_l
+    p_o = o + i_tok * s_o_n + i_hv * s_o_h
+    p_rawv = rawv + i_slot * s_rawv_s + i_hv * s_rawv_h
+    c_v0 = 2 * H * K + i_hv * V
+    if SUB_V == BLOCK_V:
+        o_sv = i_v * BLOCK_V + tl.arange(0, SUB_V)
+        b_xv, b_wv, b_bv, b_S = _load_v_rows(
+            p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0, s_h0_v,
+            c_v0 + o_sv, o_sv, o_k, valid, T, W, HAS_BIAS,
+        )  # fmt: skip
+        b_g, b_beta, b_qn, b_kn = _step_inputs(
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
+        )
+        _value_steps(
+            b_xv, b_wv, b_bv, b_S, b_qn, b_kn, b_g, b_beta, valid, p_win, s_win_c, s_win_t,
+            s_win_w, c_v0 + o_sv, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
+            o_sv, o_k, T, W, SNAPSHOT, RING,
+        )  # fmt: skip
+    else:
+        b_g, b_beta, b_qn, b_kn = _step_inputs(
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
+        )
+        for i_s in tl.range(0, BLOCK_V // SUB_V, num_stages=STAGES):
+            o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
+            b_xv, b_wv, b_bv, b_S = _load_v_rows(
+                p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0, s_h0_v,
+                c_v0 + o_sv, o_sv, o_k, valid, T, W, HAS_BIAS,
+            )  # fmt: skip
+            _value_steps(
+                b_xv, b_wv, b_bv, b_S, b_qn, b_kn, b_g, b_beta, valid, p_win, s_win_c, s_win_t,
+                s_win_w, c_v0 + o_sv, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
+                o_sv, o_k, T, W, SNAPSHOT, RING,
+            )  # fmt: skip
+
+    # 5. Writes nothing above waits for: the q/k windows (by one program of the q/k head)
+    # and the ring entries shared by the head.
     own_v = i_v == 0
     own_k = own_v & (i_hv % (HV // H) == 0)
-    p_win = window + i_line * s_win_l
     _store_windows(p_win + c_q * s_win_c, s_win_t, s_win_w, b_xq, T, W, m_k & own_k)
     _store_windows(p_win + c_k * s_win_c, s_win_t, s_win_w, b_xk, T, W, m_k & own_k)
-    b_g, b_beta, b_qn, b_kn = _step_inputs(
-        b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
-    )
     if RING:
         _store_ring_shared(
             rawk + i_slot * s_rawk_s + i_h * s_rawk_h, s_rawk_r,
@@ -179,32 +218,41 @@ def _fused_verify_kernel(
             b_k, b_g, b_beta, o_k, m_k & own_k, own_v & valid, T,
         )  # fmt: skip
 
-    # 4. The value rows in sub-tiles: each loads its value channels' inputs and state rows
-    # (zeros for a padded sequence, whose results are never stored), computes their conv
-    # and windows, then runs the T delta steps with the saves.
-    p_h0 = h0 + i_slot * s_h0_s + i_hv * s_h0_h
-    p_snap = snap + i_line * s_snap_l + i_hv * s_snap_h
-    for i_s in tl.range(0, BLOCK_V // SUB_V, num_stages=STAGES):
-        o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
-        m_sv = valid & (o_sv >= 0)
-        c_v = 2 * H * K + i_hv * V + o_sv
-        b_xv = _load_rows(p_x + c_v, s_m_n, T, None)
-        b_wv = _load_rows(conv_w + c_v * s_cw_c, s_cw_w, W, None)
-        if HAS_BIAS:
-            b_bv = tl.load(conv_b + c_v).to(tl.float32)
-        else:
-            b_bv = tl.zeros([SUB_V], dtype=tl.float32)
-        b_xv = _load_rows(p_cs + c_v * s_cs_c, s_cs_w, W - 1, m_sv) + b_xv
-        b_S = tl.load(p_h0 + o_sv[:, None] * s_h0_v + o_k[None, :], mask=m_sv[:, None], other=0.0)
-        b_v = ()
-        for t in tl.static_range(T):
-            b_v = b_v + (_conv_out(b_xv, b_wv, b_bv, t, W, True).to(DT),)
-        _store_windows(p_win + c_v * s_win_c, s_win_t, s_win_w, b_xv, T, W, m_sv)
-        _verify_steps(
-            b_S, b_qn, b_kn, b_v, b_g, b_beta, valid,
-            o + i_tok * s_o_n + i_hv * s_o_h + o_sv, s_o_n, p_snap, s_snap_t, s_snap_v,
-            rawv + i_slot * s_rawv_s + i_hv * s_rawv_h, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING,
-        )  # fmt: skip
+
+@triton.jit
+def _load_v_rows(p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0, s_h0_v,
+                 c_v, o_sv, o_k, valid, T: tl.constexpr, W: tl.constexpr,
+                 HAS_BIAS: tl.constexpr):  # fmt: skip
+    """Loads of one group of value rows o_sv (channels c_v): the conv sequence (saved conv
+    inputs, then the T new inputs), conv weights and bias, and the fp32 state rows."""
+    m_sv = valid & (o_sv >= 0)
+    b_xv = _load_rows(p_x + c_v, s_m_n, T, None)
+    b_wv = _load_rows(conv_w + c_v * s_cw_c, s_cw_w, W, None)
+    if HAS_BIAS:
+        b_bv = tl.load(conv_b + c_v).to(tl.float32)
+    else:
+        b_bv = tl.zeros(o_sv.shape, dtype=tl.float32)
+    b_xv = _load_rows(p_cs + c_v * s_cs_c, s_cs_w, W - 1, m_sv) + b_xv
+    b_S = tl.load(p_h0 + o_sv[:, None] * s_h0_v + o_k[None, :], mask=m_sv[:, None], other=0.0)
+    return b_xv, b_wv, b_bv, b_S
+
+
+@triton.jit
+def _value_steps(b_xv, b_wv, b_bv, b_S, b_qn, b_kn, b_g, b_beta, valid, p_win, s_win_c,
+                 s_win_t, s_win_w, c_v, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
+                 o_sv, o_k, T: tl.constexpr, W: tl.constexpr, SNAPSHOT: tl.constexpr,
+                 RING: tl.constexpr):  # fmt: skip
+    """One group of value rows: their conv outputs (rounded like the unfused kernel's) and
+    windows, then the T delta steps with o and the saves."""
+    b_v = ()
+    for t in tl.static_range(T):
+        b_v = b_v + (_conv_out(b_xv, b_wv, b_bv, t, W, True).to(p_o.dtype.element_ty),)
+    m_sv = valid & (o_sv >= 0)
+    _store_windows(p_win + c_v * s_win_c, s_win_t, s_win_w, b_xv, T, W, m_sv)
+    _verify_steps(
+        b_S, b_qn, b_kn, b_v, b_g, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
+        s_snap_v, p_rawv, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING,
+    )  # fmt: skip
 
 
 def fused_kda_conv_gating_verify(

@@ -123,35 +123,56 @@ def _recurrent_verify_kernel(
     b_A_log = tl.load(A_log + i_hv)
     b_dt_bias = tl.load(dt_bias + i_hv * K + o_k)
 
-    own_v = i_v == 0
-    own_k = own_v & (i_hv % (HV // H) == 0)
-    b_g, b_beta, b_qn, b_kn = _step_inputs(
-        b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
-    )
+    # The value rows. One piece (SUB_V == BLOCK_V): its v rows and state rows (zeros for a
+    # padded sequence, whose results are never stored) are loaded before the per-step gate,
+    # beta and norms are computed, whose reductions would otherwise hold the loads back.
+    # Several sub-tiles: those per-step inputs first, then one sub-tile at a time.
+    p_h0 = h0 + i_slot * s_h0_s + i_hv * s_h0_h
+    p_v = v + i_tok * s_v_n + i_hv * s_v_h
+    p_o = o + i_tok * s_o_n + i_hv * s_o_h
+    p_rawv = rawv + i_slot * s_rawv_s + i_hv * s_rawv_h
+    if SUB_V == BLOCK_V:
+        o_sv = i_v * BLOCK_V + tl.arange(0, SUB_V)
+        p_S = p_h0 + o_sv[:, None] * s_h0_v + o_k[None, :]
+        m_S = valid & (o_sv[:, None] >= 0)
+        b_v = _load_rows(p_v + o_sv, s_v_n, T, None)
+        b_S = tl.load(p_S, mask=m_S, other=0.0)
+        b_g, b_beta, b_qn, b_kn = _step_inputs(
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
+        )
+        b_S = _verify_steps(
+            b_S, b_qn, b_kn, b_v, b_g, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
+            s_snap_v, p_rawv, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING,
+        )  # fmt: skip
+        if STORE_FINAL:
+            tl.store(p_S, b_S, mask=m_S)
+    else:
+        b_g, b_beta, b_qn, b_kn = _step_inputs(
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
+        )
+        for i_s in tl.range(0, BLOCK_V // SUB_V, num_stages=STAGES):
+            o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
+            p_S = p_h0 + o_sv[:, None] * s_h0_v + o_k[None, :]
+            m_S = valid & (o_sv[:, None] >= 0)
+            b_v = _load_rows(p_v + o_sv, s_v_n, T, None)
+            b_S = tl.load(p_S, mask=m_S, other=0.0)
+            b_S = _verify_steps(
+                b_S, b_qn, b_kn, b_v, b_g, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
+                s_snap_v, p_rawv, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING,
+            )  # fmt: skip
+            if STORE_FINAL:
+                tl.store(p_S, b_S, mask=m_S)
+
+    # The ring entries shared by the head, last: nothing above waits for them.
     if RING:
+        own_v = i_v == 0
+        own_k = own_v & (i_hv % (HV // H) == 0)
         _store_ring_shared(
             rawk + i_slot * s_rawk_s + i_h * s_rawk_h, s_rawk_r,
             ring_g + i_slot * s_g_s + i_hv * s_g_h, s_g_r,
             ring_beta + i_slot * s_beta_s + i_hv * s_beta_h, s_beta_r,
             b_k, b_g, b_beta, o_k, own_k & valid & (o_k >= 0), own_v & valid, T,
         )  # fmt: skip
-
-    # The value rows in independent sub-tiles: v rows and state rows (zeros for a padded
-    # sequence, whose results are never stored), the T steps, the final state if asked.
-    p_h0 = h0 + i_slot * s_h0_s + i_hv * s_h0_h
-    for i_s in tl.range(0, BLOCK_V // SUB_V, num_stages=STAGES):
-        o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
-        b_v = _load_rows(v + i_tok * s_v_n + i_hv * s_v_h + o_sv, s_v_n, T, None)
-        p_S = p_h0 + o_sv[:, None] * s_h0_v + o_k[None, :]
-        m_S = valid & (o_sv[:, None] >= 0)
-        b_S = tl.load(p_S, mask=m_S, other=0.0)
-        b_S = _verify_steps(
-            b_S, b_qn, b_kn, b_v, b_g, b_beta, valid,
-            o + i_tok * s_o_n + i_hv * s_o_h + o_sv, s_o_n, p_snap, s_snap_t, s_snap_v,
-            rawv + i_slot * s_rawv_s + i_hv * s_rawv_h, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING,
-        )  # fmt: skip
-        if STORE_FINAL:
-            tl.store(p_S, b_S, mask=m_S)
 
 
 def fused_sigmoid_gating_delta_rule_update(
