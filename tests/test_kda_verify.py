@@ -285,33 +285,34 @@ def test_replay_matches_snapshots(cpu_dtype, device, one_tile):
     assert rel_err(new[1], snap["inter_ssm"][lines[1], T - 1]) < 1e-5
 
 
-def _set_tile(monkeypatch, bv, sub, nw, st):
+def _set_tile(monkeypatch, bv, sub, nw, st, state_first=None):
     for mod, prefix in ((fused_mod, "KDA_VERIFY_"), (rec_mod, "RECURRENT_")):
         for name, value in (("BLOCK_V", bv), ("SUB_V", sub), ("NUM_WARPS", nw), ("STAGES", st)):
             monkeypatch.setattr(mod, prefix + name, value)
+    monkeypatch.setattr(fused_mod, "KDA_VERIFY_STATE_FIRST", state_first)
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_block_v_choices_agree(mode, device, monkeypatch):
-    """Every tile (BLOCK_V, SUB_V, warps, stages) of the mode's recurrence kernel gives the
-    same results: the ring and windows bitwise, o and snapshots to fp32 rounding. Two value
-    heads share one q/k head, so the ownership of the shared ring entries is exercised
+    """Every tile (BLOCK_V, SUB_V, warps, stages; for the fused kernel either work order) of
+    the mode's recurrence kernel gives the same results: the ring and windows bitwise, o and
+    snapshots to fp32 rounding. Two value heads share one q/k head, so the ownership of the shared ring entries is exercised
     with several V tiles and several sub-tiles per tile."""
     B, T, H, HV, K, V = 1, 2, 1, 2, 16, 16
     results = []
     tiles = (
-        (None, None, None, None),
-        (2, None, 1, None),
-        (4, None, 2, None),
-        (8, None, None, None),
-        (16, None, 4, None),
-        (32, None, None, None),
-        (8, 2, 1, 2),
-        (16, 4, None, 3),
-        (16, 8, 2, 1),
+        (None, None, None, None, None),
+        (2, None, 1, None, True),
+        (4, None, 2, None, False),
+        (8, None, None, None, True),
+        (16, None, 4, None, False),
+        (32, None, None, None, None),
+        (8, 2, 1, 2, None),
+        (16, 4, None, 3, True),
+        (16, 8, 2, 1, False),
     )
-    for bv, sub, nw, st in tiles:
-        _set_tile(monkeypatch, bv, sub, nw, st)
+    for bv, sub, nw, st, first in tiles:
+        _set_tile(monkeypatch, bv, sub, nw, st, first)
         inp, o = run_and_check(mode, B, T, H, HV, K, V, torch.float32, device, seed=5)
         results.append((o, inp))
     o0, inp0 = results[0]
@@ -343,6 +344,14 @@ def test_tile_table_and_knobs():
     ):
         with pytest.raises(ValueError, match=match):
             common.pick_tile("fused", knobs, 1, 128, 128)
+
+
+def test_state_first_rejects_non_bool(device, monkeypatch):
+    inp = make_inputs(1, 2, 1, 1, 16, 16, torch.float32, device)
+    monkeypatch.setattr(fused_mod, "KDA_VERIFY_STATE_FIRST", 1)
+    with pytest.raises(ValueError, match="KDA_VERIFY_STATE_FIRST"):
+        make_runner("fused", inp, 1, 2, 1, 1, 16, 16)()
+    assert bool(inp["win_pool"].isnan().all())
 
 
 def test_block_v_rejects_non_power_of_two(device, monkeypatch):

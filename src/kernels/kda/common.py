@@ -294,10 +294,11 @@ def num_warps_for(block_v, K):
 # T = 4) and prints the table its best tiles make; docs/perf/kda.md has the runs. The
 # B > 32 rows of the ring modes come from the v5 sweep: two sub-tiles of 32 rows per 64-row
 # program (q/k work shared by 64 rows, 32-row tiles in registers); a pipelined loop
-# (stages > 1) was slower at almost every measured point.
+# (stages > 1) was slower at almost every measured point. The B <= 2 rows of the fused modes
+# (more warps per program at B=1) are from the v5 sweep at B=1 too.
 BLOCK_V_TABLE = {
-    "fused": ((2, 4, 4, 1, 1), (8, 8, 8, 1, 1), (32, 32, 32, 4, 1), (None, 32, 32, 4, 1)),
-    "fused+ring": ((2, 4, 4, 1, 1), (8, 8, 8, 1, 1), (32, 64, 64, 4, 1), (None, 64, 32, 4, 1)),
+    "fused": ((2, 4, 4, 2, 1), (8, 8, 8, 1, 1), (32, 32, 32, 4, 1), (None, 32, 32, 4, 1)),
+    "fused+ring": ((2, 8, 8, 4, 1), (8, 8, 8, 1, 1), (32, 64, 64, 4, 1), (None, 64, 32, 4, 1)),
     "unfused": ((2, 4, 4, 1, 1), (8, 8, 8, 1, 1), (32, 16, 16, 2, 1), (None, 8, 8, 2, 1)),
     "unfused+ring": ((2, 4, 4, 1, 1), (8, 8, 8, 1, 1), (32, 32, 32, 2, 1), (None, 64, 32, 4, 1)),
 }

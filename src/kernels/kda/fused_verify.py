@@ -45,6 +45,11 @@ KDA_VERIFY_BLOCK_V = None
 KDA_VERIFY_SUB_V = None
 KDA_VERIFY_NUM_WARPS = None
 KDA_VERIFY_STAGES = None
+# Order of a one-piece tile's work (see the kernel, step 4): None = state first for
+# batches up to STATE_FIRST_MAX_B (measured better at B=1, worse at B=16 and 64 by asv,
+# docs/perf/kda.md v5); a bool forces it.
+KDA_VERIFY_STATE_FIRST = None
+STATE_FIRST_MAX_B = 8
 
 
 @triton.jit
@@ -112,6 +117,7 @@ def _fused_verify_kernel(
     BLOCK_V: tl.constexpr,
     SUB_V: tl.constexpr,
     STAGES: tl.constexpr,
+    STATE_FIRST: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     SAFE_GATE: tl.constexpr,
     SNAPSHOT: tl.constexpr,
@@ -163,18 +169,26 @@ def _fused_verify_kernel(
         b_q = b_q + (_conv_out(b_xq, b_wq, b_bq, t, W, True).to(DT),)
         b_k = b_k + (_conv_out(b_xk, b_wk, b_bk, t, W, True).to(DT),)
 
-    # 4. The value rows. One piece (SUB_V == BLOCK_V): its loads (value channels' inputs,
+    # 4. The value rows, in one of two orders (STATE_FIRST, chosen by batch size in the
+    # wrapper). STATE_FIRST (one-piece tiles only): the tile's loads (value channels' inputs,
     # state rows; zeros for a padded sequence, whose results are never stored) go out
-    # before the per-step gate, beta and norms are computed, whose reductions would
-    # otherwise hold them back. Several sub-tiles: those per-step inputs first, then a loop
-    # that loads, computes and saves one sub-tile at a time.
+    # before the per-step gate, beta and norms are computed, whose reductions would hold
+    # them back; the q/k windows and shared ring entries are stored last. This shortens one
+    # program's chain, which is what counts when the GPU is far from full (B=1). Otherwise:
+    # windows, per-step inputs and shared ring entries first, then a loop that loads,
+    # computes and saves one sub-tile at a time, which measured faster once the GPU is full.
     p_h0 = h0 + i_slot * s_h0_s + i_hv * s_h0_h
     p_snap = snap + i_line * s_snap_l + i_hv * s_snap_h
     p_win = window + i_line * s_win_l
     p_o = o + i_tok * s_o_n + i_hv * s_o_h
     p_rawv = rawv + i_slot * s_rawv_s + i_hv * s_rawv_h
     c_v0 = 2 * H * K + i_hv * V
-    if SUB_V == BLOCK_V:
+    own_v = i_v == 0
+    own_k = own_v & (i_hv % (HV // H) == 0)
+    p_rawk = rawk + i_slot * s_rawk_s + i_h * s_rawk_h
+    p_g = ring_g + i_slot * s_g_s + i_hv * s_g_h
+    p_beta = ring_beta + i_slot * s_beta_s + i_hv * s_beta_h
+    if STATE_FIRST and SUB_V == BLOCK_V:
         o_sv = i_v * BLOCK_V + tl.arange(0, SUB_V)
         b_xv, b_wv, b_bv, b_S = _load_v_rows(
             p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0, s_h0_v,
@@ -188,10 +202,24 @@ def _fused_verify_kernel(
             s_win_w, c_v0 + o_sv, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
             o_sv, o_k, T, W, SNAPSHOT, RING,
         )  # fmt: skip
+        _store_windows(p_win + c_q * s_win_c, s_win_t, s_win_w, b_xq, T, W, m_k & own_k)
+        _store_windows(p_win + c_k * s_win_c, s_win_t, s_win_w, b_xk, T, W, m_k & own_k)
+        if RING:
+            _store_ring_shared(
+                p_rawk, s_rawk_r, p_g, s_g_r, p_beta, s_beta_r, b_k, b_g, b_beta, o_k,
+                m_k & own_k, own_v & valid, T,
+            )  # fmt: skip
     else:
+        _store_windows(p_win + c_q * s_win_c, s_win_t, s_win_w, b_xq, T, W, m_k & own_k)
+        _store_windows(p_win + c_k * s_win_c, s_win_t, s_win_w, b_xk, T, W, m_k & own_k)
         b_g, b_beta, b_qn, b_kn = _step_inputs(
             b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
         )
+        if RING:
+            _store_ring_shared(
+                p_rawk, s_rawk_r, p_g, s_g_r, p_beta, s_beta_r, b_k, b_g, b_beta, o_k,
+                m_k & own_k, own_v & valid, T,
+            )  # fmt: skip
         for i_s in tl.range(0, BLOCK_V // SUB_V, num_stages=STAGES):
             o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
             b_xv, b_wv, b_bv, b_S = _load_v_rows(
@@ -203,20 +231,6 @@ def _fused_verify_kernel(
                 s_win_w, c_v0 + o_sv, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
                 o_sv, o_k, T, W, SNAPSHOT, RING,
             )  # fmt: skip
-
-    # 5. Writes nothing above waits for: the q/k windows (by one program of the q/k head)
-    # and the ring entries shared by the head.
-    own_v = i_v == 0
-    own_k = own_v & (i_hv % (HV // H) == 0)
-    _store_windows(p_win + c_q * s_win_c, s_win_t, s_win_w, b_xq, T, W, m_k & own_k)
-    _store_windows(p_win + c_k * s_win_c, s_win_t, s_win_w, b_xk, T, W, m_k & own_k)
-    if RING:
-        _store_ring_shared(
-            rawk + i_slot * s_rawk_s + i_h * s_rawk_h, s_rawk_r,
-            ring_g + i_slot * s_g_s + i_hv * s_g_h, s_g_r,
-            ring_beta + i_slot * s_beta_s + i_hv * s_beta_h, s_beta_r,
-            b_k, b_g, b_beta, o_k, m_k & own_k, own_v & valid, T,
-        )  # fmt: skip
 
 
 @triton.jit
@@ -386,6 +400,11 @@ def fused_kda_conv_gating_verify(
         prefix="KDA_VERIFY_",
     )
     BV, SUB, num_warps, stages = pick_tile(mode, knobs, B, V, K)
+    state_first = KDA_VERIFY_STATE_FIRST
+    if state_first is None:
+        state_first = B <= STATE_FIRST_MAX_B
+    elif not isinstance(state_first, bool):
+        raise ValueError(f"KDA_VERIFY_STATE_FIRST must be None or a bool, got {state_first!r}")
     grid = (B, HV, V // BV)
     _fused_verify_kernel[grid](
         mixed_qkv, conv_weight, conv_bias if conv_bias is not None else conv_weight, conv_state,
@@ -397,6 +416,7 @@ def fused_kda_conv_gating_verify(
         scale,
         0.0 if lower_bound is None else float(lower_bound),
         T=T, W=W, H=H, HV=HV, K=K, V=V, BLOCK_V=BV, SUB_V=SUB, STAGES=stages,
+        STATE_FIRST=state_first,
         HAS_BIAS=conv_bias is not None,
         SAFE_GATE=lower_bound is not None,
         SNAPSHOT=intermediate_states_buffer is not None,
