@@ -296,8 +296,8 @@ def _set_tile(monkeypatch, bv, sub, nw, st, state_first=None):
 def test_block_v_choices_agree(mode, device, monkeypatch):
     """Every tile (BLOCK_V, SUB_V, warps, stages; for the fused kernel either work order) of
     the mode's recurrence kernel gives the same results: the ring and windows bitwise, o and
-    snapshots to fp32 rounding. Two value heads share one q/k head, so the ownership of the shared ring entries is exercised
-    with several V tiles and several sub-tiles per tile."""
+    snapshots to fp32 rounding. Two value heads share one q/k head, so the ownership of the
+    shared ring entries is exercised with several V tiles and several sub-tiles per tile."""
     B, T, H, HV, K, V = 1, 2, 1, 2, 16, 16
     results = []
     tiles = (
