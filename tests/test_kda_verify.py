@@ -362,8 +362,41 @@ def test_block_v_rejects_non_power_of_two(device, monkeypatch):
     assert bool(inp["win_pool"].isnan().all())
 
 
-def test_disable_state_update_false(cpu_dtype, device):
-    """Ordinary decode: [B, T, H, K] layout, no save buffers, final state written back."""
+@pytest.mark.parametrize("mode", ["fused+ring", "unfused+ring"])
+@pytest.mark.parametrize("block_v", [4, 16], ids=["reductions", "dot"])
+@pytest.mark.parametrize("lower_bound,pad", [(None, 1), (-5.0, None)], ids=["std-pad", "safe"])
+def test_chunk_form_vs_reference(mode, block_v, lower_bound, pad, cpu_dtype, device, monkeypatch):
+    """STATE_PRODUCTS="chunk" (ring modes): o and the ring against the reference, for tiles
+    whose products are reductions (4 rows) and a tensor-core product (16 rows), T=4."""
+    monkeypatch.setattr(common, "STATE_PRODUCTS", "chunk")
+    _set_tile(monkeypatch, block_v, None, None, None)
+    run_and_check(mode, 3, 4, 1, 2, 16, 16, cpu_dtype, device, lower_bound, pad, seed=13)
+
+
+def test_chunk_form_ring_bytes_and_knob(cpu_dtype, device, monkeypatch):
+    """The chunk form writes the same ring bytes as the steps (the ring never depends on
+    the state), and a bad STATE_PRODUCTS value is refused before anything is written."""
+    B, T, H, HV, K, V = 2, 3, 1, 2, 16, 16
+    runs = {}
+    for products in ("steps", "chunk"):
+        monkeypatch.setattr(common, "STATE_PRODUCTS", products)
+        inp = make_inputs(B, T, H, HV, K, V, cpu_dtype, device, seed=17)
+        make_runner("fused+ring", inp, B, T, H, HV, K, V)()
+        runs[products] = inp
+    for name in ("rawv", "rawk", "g", "beta", "win_pool"):
+        assert same_bits(runs["steps"][name], runs["chunk"][name]), name
+    monkeypatch.setattr(common, "STATE_PRODUCTS", "dot")
+    inp = make_inputs(B, T, H, HV, K, V, cpu_dtype, device, seed=17)
+    with pytest.raises(ValueError, match="STATE_PRODUCTS"):
+        make_runner("fused+ring", inp, B, T, H, HV, K, V)()
+    assert bool(inp["win_pool"].isnan().all())
+
+
+@pytest.mark.parametrize("products", ["steps", "chunk"])
+def test_disable_state_update_false(products, cpu_dtype, device, monkeypatch):
+    """Ordinary decode: [B, T, H, K] layout, no save buffers, final state written back (by
+    the steps, or by the chunk form's closed-form final state)."""
+    monkeypatch.setattr(common, "STATE_PRODUCTS", products)
     B, T, H, HV, K, V = 2, 2, 1, 2, 16, 16
     inp = make_inputs(B, T, H, HV, K, V, cpu_dtype, device, seed=11)
     ref = reference(inp, T, H, HV, K, V)
@@ -431,6 +464,31 @@ def test_gpu_bf16_seed_shape(B, HV, lower_bound):
         run_and_check(
             mode, B, T, H, HV, K, V, torch.bfloat16, "cuda", lower_bound, pad=0 if B > 1 else None
         )
+    runs = {}
+    for mode in ("unfused+ring", "fused+ring"):
+        inp = make_inputs(B, T, H, HV, K, V, torch.bfloat16, "cuda", seed=7)
+        make_runner(mode, inp, B, T, H, HV, K, V, lower_bound)()
+        runs[mode] = inp
+    for name in ("rawv", "rawk", "g", "beta"):
+        assert same_bits(runs["unfused+ring"][name], runs["fused+ring"][name]), name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B", [1, 64])
+@pytest.mark.parametrize("lower_bound", [None, -5.0])
+def test_gpu_bf16_chunk_form(B, lower_bound, monkeypatch):
+    """STATE_PRODUCTS="chunk" in bf16 at the seed's shape: the ring modes against the
+    reference (default tiles, and 64-row tiles in two 32-row sub-tiles, whose products run
+    on the tensor cores), and ring bytes equal between the fused and unfused kernels."""
+    T, H, HV, K, V = 4, 8, 8, 128, 128
+    monkeypatch.setattr(common, "STATE_PRODUCTS", "chunk")
+    for tile in ((None, None, None, None), (64, 32, 4, None)):
+        _set_tile(monkeypatch, *tile)
+        for mode in ("unfused+ring", "fused+ring"):
+            run_and_check(
+                mode, B, T, H, HV, K, V, torch.bfloat16, "cuda", lower_bound,
+                pad=0 if B > 1 else None,
+            )  # fmt: skip
     runs = {}
     for mode in ("unfused+ring", "fused+ring"):
         inp = make_inputs(B, T, H, HV, K, V, torch.bfloat16, "cuda", seed=7)

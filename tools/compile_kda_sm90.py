@@ -1,7 +1,9 @@
 """Compile the KDA verify kernels for an H200 (sm_90) without a GPU: registers, spills, smem.
 
     .venv/bin/python tools/compile_kda_sm90.py [--modes fused ...] [--block-v 4 16] [--warps 1 4]
-        [--sub-v 0 32] [--stages 1 2]      (sub-v 0: the whole BLOCK_V in one piece)
+        [--sub-v 0 32] [--stages 1 2] [--state-first auto on off] [--products steps chunk]
+        (sub-v 0: the whole BLOCK_V in one piece; state-first: the fused kernel's work order;
+        products: common.STATE_PRODUCTS, which only the ring modes use)
 
 Every call goes through the public wrappers with CPU tensors (bf16 inputs, the seed's
 shape), as the benchmark calls them; a stand-in driver reports an sm_90 target, and each
@@ -84,12 +86,15 @@ def main():
     ap.add_argument("--warps", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--sub-v", type=int, nargs="+", default=[0])
     ap.add_argument("--stages", type=int, nargs="+", default=[1])
+    ap.add_argument("--state-first", nargs="+", default=["auto"], choices=["auto", "on", "off"])
+    ap.add_argument("--products", default="steps", choices=["steps", "chunk"])
     ap.add_argument("--hv", type=int, default=8)
     ap.add_argument("--safe-gate", action="store_true")
     args = ap.parse_args()
 
     triton.runtime.driver.set_active(_Sm90Driver())
     import gpu_check_kda as chk  # noqa: I001  (imports kernels without the interpreter)
+    import kernels.kda.common as common
     import kernels.kda.conv as conv_mod
     import kernels.kda.fused_verify as fused_mod
     import kernels.kda.recurrent as rec_mod
@@ -98,6 +103,7 @@ def main():
         "1"  # lets the wrappers accept CPU tensors; kernels stay compiled
     )
     chk.DEV, chk.DT = "cpu", torch.bfloat16
+    common.STATE_PRODUCTS = args.products
     compiled = []
     for mod, name in (
         (fused_mod, "_fused_verify_kernel"),
@@ -107,8 +113,8 @@ def main():
         setattr(mod, name, _Capture(getattr(mod, name), compiled))
     B, lb = 2, (-5.0 if args.safe_gate else None)
     s = chk.make_set(B, args.hv, seed=0)
-    head = ("mode", "BV", "SUB", "st", "warps", "kernel", "REG", "LOCAL", "SHARED", "s")
-    fmt = "{:>13} {:>3} {:>3} {:>2} {:>5} {:>30} {:>4} {:>6} {:>7} {:>5}"
+    head = ("mode", "BV", "SUB", "st", "warps", "order", "kernel", "REG", "LOCAL", "SHARED", "s")
+    fmt = "{:>13} {:>3} {:>3} {:>2} {:>5} {:>5} {:>30} {:>4} {:>6} {:>7} {:>5}"
     print(fmt.format(*head))
     n_bad = 0
     tiles = [
@@ -120,8 +126,12 @@ def main():
         if sub <= bv
     ]
     tiles = list(dict.fromkeys(tiles))
+    orders = {"auto": None, "on": True, "off": False}
     first = tiles[0] if tiles else None
-    for mode in args.modes:
+    for mode, order in ((m, o) for m in args.modes for o in args.state_first):
+        fused_mod.KDA_VERIFY_STATE_FIRST = orders[order]
+        if not mode.startswith("fused") and order != args.state_first[0]:
+            continue  # the recurrent kernel has one order
         for bv, sub, st, nw in tiles:
             fused_mod.KDA_VERIFY_BLOCK_V = rec_mod.RECURRENT_BLOCK_V = bv
             fused_mod.KDA_VERIFY_SUB_V = rec_mod.RECURRENT_SUB_V = sub or None
@@ -129,7 +139,7 @@ def main():
             fused_mod.KDA_VERIFY_NUM_WARPS = rec_mod.RECURRENT_NUM_WARPS = nw
             compiled.clear()
             t0 = time.time()
-            tag = f"{mode:>13} {bv:>3} {sub or bv:>3} {st:>2} {nw:>5}"
+            tag = f"{mode:>13} {bv:>3} {sub or bv:>3} {st:>2} {nw:>5} {order}"
             try:
                 chk.runner(mode, s, B, args.hv, lb)()
             except Exception as e:  # report and go on
@@ -143,13 +153,14 @@ def main():
                 took = f"{time.time() - t0:.1f}"
                 print(
                     fmt.format(
-                        mode, bv, sub or bv, st, warps, kname, r["REG"], r["LOCAL"],
+                        mode, bv, sub or bv, st, warps, order, kname, r["REG"], r["LOCAL"],
                         r["SHARED"], took,
                     )
                 )  # fmt: skip
                 n_bad += r["LOCAL"] > 0
     print(f"{n_bad} compile errors or kernels with local memory (spills)")
+    return 1 if n_bad else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -19,6 +19,8 @@ short table and all written to DIR/kda_tune.json and DIR/kda_tune.txt:
      conv kernel's BLOCK_D x warps at B in {1, 64};
   4. section 2's table again with the suggested tiles, if time is left.
 The time budget (--budget-s) skips what is left of sections 3 and 4 once spent.
+--products chunk runs everything with common.STATE_PRODUCTS = "chunk" (the ring modes'
+chunk form); --skip-timings leaves out section 2.
 Reuses the inputs, calls, checks and timer of tools/gpu_check_kda.py. `--cpu-smoke` runs
 the whole script at a tiny fp32 shape under the Triton interpreter, with one plain call
 in place of each timing (it checks the script, not the speed).
@@ -302,6 +304,12 @@ def main():
     ap.add_argument("--stages", type=int, nargs="+", default=[1])
     ap.add_argument("--sweep-modes", nargs="+", default=list(MODES), choices=MODES)
     ap.add_argument("--skip-timings", action="store_true", help="no section 2 table")
+    ap.add_argument(
+        "--products",
+        default=common.STATE_PRODUCTS,
+        choices=["steps", "chunk"],
+        help="common.STATE_PRODUCTS for the whole run (the ring modes' state products)",
+    )
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--budget-s", type=float, default=225)
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny run under the interpreter")
@@ -309,6 +317,7 @@ def main():
     if args.cpu_smoke:
         cpu_smoke(args)
     os.makedirs(args.out, exist_ok=True)
+    common.STATE_PRODUCTS = args.products
     t0 = time.time()
     deadline = t0 + args.budget_s
     import triton
@@ -329,7 +338,11 @@ def main():
     ):
         result[k] = []
     result["default_table"] = {k: list(v) for k, v in common.BLOCK_V_TABLE.items()}
-    log(f"{result['device']}  torch {torch.__version__}  triton {triton.__version__}")
+    result["state_products"] = args.products
+    log(
+        f"{result['device']}  torch {torch.__version__}  triton {triton.__version__}  "
+        f"STATE_PRODUCTS={args.products}"
+    )
 
     def save():
         with open(os.path.join(args.out, "kda_tune.json"), "w") as f:

@@ -134,6 +134,107 @@ def _store_ring_shared(p_rawk, s_rawk_r, p_g, s_g_r, p_beta, s_beta_r, b_k, b_g,
 
 
 @triton.jit
+def _chunk_inputs(b_g, b_qn, b_kn, T: tl.constexpr):
+    """What the chunk form of the T steps needs besides the state (see `_chunk_steps`),
+    computed once per program: (X, x, a, c, G):
+    x: tuple of the 2T vectors exp(G_t) k_t (t < T), then exp(G_t) q_t, with G_t the
+    cumulative log-decay g_0 + ... + g_t; X: the same as the columns of a [K, 16] matrix
+    (zeros beyond 2T); a[t][i] = <exp(G_t - G_i) k_i, k_t> and c[t][i] = <exp(G_t - G_i)
+    k_i, q_t> for i < t, c[t][t] = <k_t, q_t>; G: tuple of the G_t."""
+    b_G = ()
+    b_acc = tl.zeros_like(b_g[0])
+    for t in tl.static_range(T):
+        b_acc = b_acc + b_g[t]
+        b_G = b_G + (b_acc,)
+    b_x = ()
+    for t in tl.static_range(T):
+        b_x = b_x + (tl.exp(b_G[t]) * b_kn[t],)
+    for t in tl.static_range(T):
+        b_x = b_x + (tl.exp(b_G[t]) * b_qn[t],)
+    o_c = tl.arange(0, 16)
+    b_X = tl.zeros([b_g[0].shape[0], 16], dtype=tl.float32)
+    for j in tl.static_range(2 * T):
+        b_X = tl.where(o_c[None, :] == j, b_x[j][:, None], b_X)
+    b_a = ()
+    b_c = ()
+    for t in tl.static_range(T):
+        b_at = ()
+        b_ct = ()
+        for i in tl.static_range(t):
+            b_d = tl.exp(b_G[t] - b_G[i]) * b_kn[i]
+            b_at = b_at + (tl.sum(b_d * b_kn[t], axis=0),)
+            b_ct = b_ct + (tl.sum(b_d * b_qn[t], axis=0),)
+        b_ct = b_ct + (tl.sum(b_kn[t] * b_qn[t], axis=0),)
+        b_a = b_a + (b_at,)
+        b_c = b_c + (b_ct,)
+    return b_X, b_x, b_a, b_c, b_G
+
+
+@triton.jit
+def _chunk_steps(
+    b_S,
+    b_kn,
+    b_v,
+    b_beta,
+    b_cx,
+    valid,
+    p_o,
+    s_o_n,
+    p_rawv,
+    s_rawv_r,
+    o_sv,
+    T: tl.constexpr,
+    RING: tl.constexpr,
+    NEED_STATE: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """The T steps of one [SUB_V, K] state sub-tile in chunk form (no snapshots); returns
+    the state after the last step if NEED_STATE, else the tile unchanged.
+
+    Unrolled over the steps, with G_t the cumulative log-decay per key channel:
+        S_t = S_0 diag(exp G_t) + sum_{i<=t} u_i (exp(G_t - G_i) k_i)^T
+        u_t = beta_t (v_t - S_0 (exp(G_t) k_t) - sum_{i<t} u_i a[t][i])
+        o_t = S_0 (exp(G_t) q_t) + sum_{i<=t} u_i c[t][i]
+    so the state enters only through 2T products with [K] vectors, all independent of
+    each other: one [SUB_V, K] x [K, 16] matrix product on the tensor cores (SUB_V >= 16;
+    PRECISION "tf32x3" keeps fp32 accuracy, "ieee" for fp32 inputs), or 2T reductions
+    over K for narrower tiles. The stepwise form (`_verify_steps`) touches the tile four
+    times per step with two lane-crossing reductions the next step waits on. Every decay
+    factor is exp of a later-minus-earlier sum of gates, at most 1, so nothing overflows.
+    """
+    b_X, b_x, b_a, b_c, b_G = b_cx
+    b_p = ()
+    if o_sv.shape[0] >= 16:
+        o_c = tl.arange(0, 16)
+        b_P = tl.dot(b_S, b_X, input_precision=PRECISION)
+        for j in tl.static_range(2 * T):
+            b_p = b_p + (tl.sum(tl.where(o_c[None, :] == j, b_P, 0.0), axis=1),)
+    else:
+        for j in tl.static_range(2 * T):
+            b_p = b_p + (tl.sum(b_S * b_x[j][None, :], axis=1),)
+    b_u = ()
+    for t in tl.static_range(T):
+        b_w = b_v[t].to(tl.float32) - b_p[t]
+        b_o = b_p[T + t]
+        for i in tl.static_range(t):
+            b_w = b_w - b_a[t][i] * b_u[i]
+            b_o = b_o + b_c[t][i] * b_u[i]
+        b_ut = b_beta[t] * b_w
+        b_o = b_o + b_c[t][t] * b_ut
+        b_u = b_u + (b_ut,)
+        tl.store(p_o + t * s_o_n, tl.where(valid, b_o, 0.0).to(p_o.dtype.element_ty))
+        if RING:
+            p = p_rawv + t * s_rawv_r + o_sv
+            tl.store(p, b_v[t].to(p_rawv.dtype.element_ty), mask=valid & (o_sv >= 0))
+    if NEED_STATE:
+        b_S = b_S * tl.exp(b_G[T - 1])[None, :]
+        for i in tl.static_range(T):
+            b_d = tl.exp(b_G[T - 1] - b_G[i]) * b_kn[i]
+            b_S = b_S + b_u[i][:, None] * b_d[None, :]
+    return b_S
+
+
+@triton.jit
 def _verify_steps(
     b_S,
     b_qn,
@@ -307,6 +408,24 @@ BLOCK_V_TABLE = {
 def _check_pow2_knob(name, value):
     if value is not None and (not isinstance(value, int) or value < 1 or value & (value - 1)):
         raise ValueError(f"{name} must be None or a power of two, got {value!r}")
+
+
+# How the recurrence kernels use the state when no snapshot is saved (ring modes, plain
+# decode), read at every call: "steps" walks the T steps on the tile (`_verify_steps`);
+# "chunk" forms the 2T state products at once, on the tensor cores for tiles of 16 rows
+# or more (`_chunk_steps`). Both kernels read it, so fused+ring and unfused+ring still
+# compute the same way (the ring bytes never depend on it). "chunk" passes the CPU tests
+# and compiles for sm_90; it has not been timed on the GPU yet, so it is not the default.
+STATE_PRODUCTS = "steps"
+
+
+def products_args(no_snapshots, dtype):
+    """(CHUNK, PRECISION) kernel arguments: chunk form when asked and no snapshot is saved;
+    tensor-core precision tf32x3 (fp32-accurate) for 16-bit inputs, ieee for fp32 ones."""
+    if STATE_PRODUCTS not in ("steps", "chunk"):
+        raise ValueError(f'STATE_PRODUCTS must be "steps" or "chunk", got {STATE_PRODUCTS!r}')
+    chunk = bool(no_snapshots) and STATE_PRODUCTS == "chunk"
+    return chunk, ("ieee" if dtype == torch.float32 else "tf32x3")
 
 
 def pick_tile(mode, knobs, B, V, K):

@@ -22,6 +22,8 @@ import triton.language as tl
 
 from .common import (
     FLOAT_DTYPES,
+    _chunk_inputs,
+    _chunk_steps,
     _conv_out,
     _load_rows,
     _step_inputs,
@@ -35,6 +37,7 @@ from .common import (
     check_state_and_saves,
     check_tensor,
     pick_tile,
+    products_args,
     save_args,
     tokens_view,
 )
@@ -50,6 +53,48 @@ KDA_VERIFY_STAGES = None
 # docs/perf/kda.md v5); a bool forces it.
 KDA_VERIFY_STATE_FIRST = None
 STATE_FIRST_MAX_B = 8
+
+
+@triton.jit
+def _load_v_rows(p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0, s_h0_v,
+                 c_v, o_sv, o_k, valid, T: tl.constexpr, W: tl.constexpr,
+                 HAS_BIAS: tl.constexpr):  # fmt: skip
+    """Loads of one group of value rows o_sv (channels c_v): the conv sequence (saved conv
+    inputs, then the T new inputs), conv weights and bias, and the fp32 state rows."""
+    m_sv = valid & (o_sv >= 0)
+    b_xv = _load_rows(p_x + c_v, s_m_n, T, None)
+    b_wv = _load_rows(conv_w + c_v * s_cw_c, s_cw_w, W, None)
+    if HAS_BIAS:
+        b_bv = tl.load(conv_b + c_v).to(tl.float32)
+    else:
+        b_bv = tl.zeros(o_sv.shape, dtype=tl.float32)
+    b_xv = _load_rows(p_cs + c_v * s_cs_c, s_cs_w, W - 1, m_sv) + b_xv
+    b_S = tl.load(p_h0 + o_sv[:, None] * s_h0_v + o_k[None, :], mask=m_sv[:, None], other=0.0)
+    return b_xv, b_wv, b_bv, b_S
+
+
+@triton.jit
+def _value_steps(b_xv, b_wv, b_bv, b_S, b_qn, b_kn, b_g, b_beta, valid, p_win, s_win_c,
+                 s_win_t, s_win_w, c_v, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
+                 o_sv, o_k, b_cx, T: tl.constexpr, W: tl.constexpr, SNAPSHOT: tl.constexpr,
+                 RING: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr):  # fmt: skip
+    """One group of value rows: their conv outputs (rounded like the unfused kernel's) and
+    windows, then the T delta steps with o and the saves."""
+    b_v = ()
+    for t in tl.static_range(T):
+        b_v = b_v + (_conv_out(b_xv, b_wv, b_bv, t, W, True).to(p_o.dtype.element_ty),)
+    m_sv = valid & (o_sv >= 0)
+    _store_windows(p_win + c_v * s_win_c, s_win_t, s_win_w, b_xv, T, W, m_sv)
+    if CHUNK:
+        _chunk_steps(
+            b_S, b_kn, b_v, b_beta, b_cx, valid, p_o + o_sv, s_o_n, p_rawv, s_rawv_r, o_sv, T,
+            RING, False, PRECISION,
+        )  # fmt: skip
+    else:
+        _verify_steps(
+            b_S, b_qn, b_kn, b_v, b_g, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
+            s_snap_v, p_rawv, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING,
+        )  # fmt: skip
 
 
 @triton.jit
@@ -118,6 +163,8 @@ def _fused_verify_kernel(
     SUB_V: tl.constexpr,
     STAGES: tl.constexpr,
     STATE_FIRST: tl.constexpr,
+    CHUNK: tl.constexpr,
+    PRECISION: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     SAFE_GATE: tl.constexpr,
     SNAPSHOT: tl.constexpr,
@@ -197,10 +244,14 @@ def _fused_verify_kernel(
         b_g, b_beta, b_qn, b_kn = _step_inputs(
             b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
         )
+        if CHUNK:
+            b_cx = _chunk_inputs(b_g, b_qn, b_kn, T)
+        else:
+            b_cx = b_g  # unused
         _value_steps(
             b_xv, b_wv, b_bv, b_S, b_qn, b_kn, b_g, b_beta, valid, p_win, s_win_c, s_win_t,
             s_win_w, c_v0 + o_sv, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
-            o_sv, o_k, T, W, SNAPSHOT, RING,
+            o_sv, o_k, b_cx, T, W, SNAPSHOT, RING, CHUNK, PRECISION,
         )  # fmt: skip
         _store_windows(p_win + c_q * s_win_c, s_win_t, s_win_w, b_xq, T, W, m_k & own_k)
         _store_windows(p_win + c_k * s_win_c, s_win_t, s_win_w, b_xk, T, W, m_k & own_k)
@@ -215,6 +266,10 @@ def _fused_verify_kernel(
         b_g, b_beta, b_qn, b_kn = _step_inputs(
             b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
         )
+        if CHUNK:
+            b_cx = _chunk_inputs(b_g, b_qn, b_kn, T)
+        else:
+            b_cx = b_g  # unused
         if RING:
             _store_ring_shared(
                 p_rawk, s_rawk_r, p_g, s_g_r, p_beta, s_beta_r, b_k, b_g, b_beta, o_k,
@@ -229,44 +284,8 @@ def _fused_verify_kernel(
             _value_steps(
                 b_xv, b_wv, b_bv, b_S, b_qn, b_kn, b_g, b_beta, valid, p_win, s_win_c, s_win_t,
                 s_win_w, c_v0 + o_sv, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
-                o_sv, o_k, T, W, SNAPSHOT, RING,
+                o_sv, o_k, b_cx, T, W, SNAPSHOT, RING, CHUNK, PRECISION,
             )  # fmt: skip
-
-
-@triton.jit
-def _load_v_rows(p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0, s_h0_v,
-                 c_v, o_sv, o_k, valid, T: tl.constexpr, W: tl.constexpr,
-                 HAS_BIAS: tl.constexpr):  # fmt: skip
-    """Loads of one group of value rows o_sv (channels c_v): the conv sequence (saved conv
-    inputs, then the T new inputs), conv weights and bias, and the fp32 state rows."""
-    m_sv = valid & (o_sv >= 0)
-    b_xv = _load_rows(p_x + c_v, s_m_n, T, None)
-    b_wv = _load_rows(conv_w + c_v * s_cw_c, s_cw_w, W, None)
-    if HAS_BIAS:
-        b_bv = tl.load(conv_b + c_v).to(tl.float32)
-    else:
-        b_bv = tl.zeros(o_sv.shape, dtype=tl.float32)
-    b_xv = _load_rows(p_cs + c_v * s_cs_c, s_cs_w, W - 1, m_sv) + b_xv
-    b_S = tl.load(p_h0 + o_sv[:, None] * s_h0_v + o_k[None, :], mask=m_sv[:, None], other=0.0)
-    return b_xv, b_wv, b_bv, b_S
-
-
-@triton.jit
-def _value_steps(b_xv, b_wv, b_bv, b_S, b_qn, b_kn, b_g, b_beta, valid, p_win, s_win_c,
-                 s_win_t, s_win_w, c_v, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
-                 o_sv, o_k, T: tl.constexpr, W: tl.constexpr, SNAPSHOT: tl.constexpr,
-                 RING: tl.constexpr):  # fmt: skip
-    """One group of value rows: their conv outputs (rounded like the unfused kernel's) and
-    windows, then the T delta steps with o and the saves."""
-    b_v = ()
-    for t in tl.static_range(T):
-        b_v = b_v + (_conv_out(b_xv, b_wv, b_bv, t, W, True).to(p_o.dtype.element_ty),)
-    m_sv = valid & (o_sv >= 0)
-    _store_windows(p_win + c_v * s_win_c, s_win_t, s_win_w, b_xv, T, W, m_sv)
-    _verify_steps(
-        b_S, b_qn, b_kn, b_v, b_g, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
-        s_snap_v, p_rawv, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING,
-    )  # fmt: skip
 
 
 def fused_kda_conv_gating_verify(
@@ -400,6 +419,7 @@ def fused_kda_conv_gating_verify(
         prefix="KDA_VERIFY_",
     )
     BV, SUB, num_warps, stages = pick_tile(mode, knobs, B, V, K)
+    chunk, precision = products_args(bool(cache_ring), mixed_qkv.dtype)
     state_first = KDA_VERIFY_STATE_FIRST
     if state_first is None:
         state_first = B <= STATE_FIRST_MAX_B
@@ -417,6 +437,8 @@ def fused_kda_conv_gating_verify(
         0.0 if lower_bound is None else float(lower_bound),
         T=T, W=W, H=H, HV=HV, K=K, V=V, BLOCK_V=BV, SUB_V=SUB, STAGES=stages,
         STATE_FIRST=state_first,
+        CHUNK=chunk,
+        PRECISION=precision,
         HAS_BIAS=conv_bias is not None,
         SAFE_GATE=lower_bound is not None,
         SNAPSHOT=intermediate_states_buffer is not None,

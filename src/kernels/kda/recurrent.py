@@ -16,6 +16,8 @@ import triton.language as tl
 
 from .common import (
     FLOAT_DTYPES,
+    _chunk_inputs,
+    _chunk_steps,
     _load_rows,
     _step_inputs,
     _store_ring_shared,
@@ -26,6 +28,7 @@ from .common import (
     check_state_and_saves,
     check_tensor,
     pick_tile,
+    products_args,
     save_args,
     tokens_view,
 )
@@ -99,6 +102,8 @@ def _recurrent_verify_kernel(
     SNAPSHOT: tl.constexpr,
     RING: tl.constexpr,
     STORE_FINAL: tl.constexpr,
+    CHUNK: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
     i_n = tl.program_id(0)
     i_hv = tl.program_id(1)
@@ -140,26 +145,42 @@ def _recurrent_verify_kernel(
         b_g, b_beta, b_qn, b_kn = _step_inputs(
             b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
         )
-        b_S = _verify_steps(
-            b_S, b_qn, b_kn, b_v, b_g, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
-            s_snap_v, p_rawv, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING,
-        )  # fmt: skip
+        if CHUNK:
+            b_cx = _chunk_inputs(b_g, b_qn, b_kn, T)
+        if CHUNK:
+            b_S = _chunk_steps(
+                b_S, b_kn, b_v, b_beta, b_cx, valid, p_o + o_sv, s_o_n, p_rawv, s_rawv_r,
+                o_sv, T, RING, STORE_FINAL, PRECISION,
+            )  # fmt: skip
+        else:
+            b_S = _verify_steps(
+                b_S, b_qn, b_kn, b_v, b_g, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
+                s_snap_v, p_rawv, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING,
+            )  # fmt: skip
         if STORE_FINAL:
             tl.store(p_S, b_S, mask=m_S)
     else:
         b_g, b_beta, b_qn, b_kn = _step_inputs(
             b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
         )
+        if CHUNK:
+            b_cx = _chunk_inputs(b_g, b_qn, b_kn, T)
         for i_s in tl.range(0, BLOCK_V // SUB_V, num_stages=STAGES):
             o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
             p_S = p_h0 + o_sv[:, None] * s_h0_v + o_k[None, :]
             m_S = valid & (o_sv[:, None] >= 0)
             b_v = _load_rows(p_v + o_sv, s_v_n, T, None)
             b_S = tl.load(p_S, mask=m_S, other=0.0)
-            b_S = _verify_steps(
-                b_S, b_qn, b_kn, b_v, b_g, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
-                s_snap_v, p_rawv, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING,
-            )  # fmt: skip
+            if CHUNK:
+                b_S = _chunk_steps(
+                    b_S, b_kn, b_v, b_beta, b_cx, valid, p_o + o_sv, s_o_n, p_rawv, s_rawv_r,
+                    o_sv, T, RING, STORE_FINAL, PRECISION,
+                )  # fmt: skip
+            else:
+                b_S = _verify_steps(
+                    b_S, b_qn, b_kn, b_v, b_g, b_beta, valid, p_o + o_sv, s_o_n, p_snap,
+                    s_snap_t, s_snap_v, p_rawv, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING,
+                )  # fmt: skip
             if STORE_FINAL:
                 tl.store(p_S, b_S, mask=m_S)
 
@@ -321,6 +342,7 @@ def fused_sigmoid_gating_delta_rule_update(
         prefix="RECURRENT_",
     )
     BV, SUB, num_warps, stages = pick_tile(mode, knobs, B, V, K)
+    chunk, precision = products_args(intermediate_states_buffer is None, q.dtype)
     grid = (B, HV, V // BV)
     _recurrent_verify_kernel[grid](
         q3, k3, v3, a2, b2, A_log, dt_bias, initial_state_source, initial_state_indices, o3, snap_idx,
@@ -336,6 +358,8 @@ def fused_sigmoid_gating_delta_rule_update(
         SNAPSHOT=intermediate_states_buffer is not None,
         RING=bool(cache_ring),
         STORE_FINAL=not disable_state_update,
+        CHUNK=chunk,
+        PRECISION=precision,
         num_warps=num_warps,
     )  # fmt: skip
     return o
