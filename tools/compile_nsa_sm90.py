@@ -1,0 +1,100 @@
+"""Compile the NSA selection kernels for an H200 (sm_90) without a GPU: registers, spills.
+
+    .venv/bin/python tools/compile_nsa_sm90.py [--seq-len 4096] [--shapes seed paper]
+
+Every kernel the public forward and backward launch (token-tile path, block path with and
+without `PARTIAL_PREFETCH_Q`, backward) is compiled through the wrappers with CPU tensors
+in bf16, the way `tools/compile_kda_sm90.py` does for KDA: a stand-in driver reports an
+sm_90 target and each launch is replaced by Triton's `warmup`, which specializes the
+arguments like a real launch and compiles down to a cubin with ptxas, running nothing
+(later kernels see unwritten inputs, which compiling does not mind). Prints registers,
+local memory (spills) and static shared memory per kernel and configuration; exits 1 on a
+compile error. The interpreter runs a kernel's Python; this catches what only Triton's GPU
+lowering rejects.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+import triton
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+
+from compile_kda_sm90 import _Capture, _Sm90Driver, resources  # noqa: E402
+
+SHAPES = {"seed": (16, 4), "paper": (64, 4)}  # (Hq, Hkv); D=64, block 64, S=16
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seq-len", type=int, default=4096)
+    ap.add_argument("--shapes", nargs="+", default=["seed"], choices=list(SHAPES))
+    args = ap.parse_args()
+
+    triton.runtime.driver.set_active(_Sm90Driver())
+    import kernels.nsa as nsa  # noqa: I001  (compiled kernels: no interpreter at import)
+    import kernels.nsa.backward as bwd_mod
+    import kernels.nsa.forward as fwd_mod
+    import kernels.nsa.forward_blocks as blk_mod
+
+    os.environ["TRITON_INTERPRET"] = "1"  # lets the wrappers accept CPU tensors
+    compiled = []
+    for mod in (fwd_mod, blk_mod, bwd_mod):
+        for name, obj in list(vars(mod).items()):
+            if isinstance(obj, triton.runtime.jit.JITFunction) and name.endswith("_kernel"):
+                setattr(mod, name, _Capture(obj, compiled))
+
+    fmt = "{:>6} {:>6} {:>7} {:>9} {:>28} {:>4} {:>6} {:>7} {:>5}"
+    print(fmt.format("shape", "pat", "path", "prefetch", "kernel", "REG", "LOCAL", "SHARED", "s"))
+    n_err = n_spill = 0
+    T, D, bs, S = args.seq_len, 64, 64, 16
+    for shape in args.shapes:
+        Hq, Hkv = SHAPES[shape]
+        g = torch.Generator().manual_seed(0)
+        q = torch.randn(1, Hq, T, D, generator=g).to(torch.bfloat16)
+        k = torch.randn(1, Hkv, T, D, generator=g).to(torch.bfloat16)
+        v = torch.randn(1, Hkv, T, D, generator=g).to(torch.bfloat16)
+        do = torch.randn(1, Hq, T, D, generator=g).to(torch.bfloat16)
+        for pattern in ("recent", "random"):
+            if pattern == "recent":
+                idx = nsa.make_block_idx_recent(1, Hkv, T, bs, S, "cpu")
+            else:
+                idx = nsa.make_block_idx_random(1, Hkv, T, bs, S, "cpu", 0)
+            runs = [(sched, False) for sched in ("tile", "blocks")] + [("blocks", True)]
+            runs.append(("backward", False))
+            for path, prefetch in runs:
+                blk_mod.PARTIAL_PREFETCH_Q = prefetch
+                compiled.clear()
+                t0 = time.time()
+                tag = f"{shape:>6} {pattern:>6} {path:>7} {prefetch!s:>9}"
+                try:
+                    if path == "backward":
+                        o, lse = nsa.selection_forward_triton(q, k, v, idx, bs, return_lse=True)
+                        compiled.clear()
+                        nsa.selection_backward_triton(q, k, v, idx, bs, do, o, lse)
+                    else:
+                        fwd_mod.FORWARD_SCHEDULE = path
+                        nsa.selection_forward_triton(q, k, v, idx, bs, return_lse=True)
+                except Exception as e:  # report and go on
+                    n_err += 1
+                    print(f"{tag}  COMPILE ERROR {e!r}"[:400])
+                    continue
+                took = f"{time.time() - t0:.1f}"
+                for kname, _, ck in compiled:
+                    r = resources(ck)
+                    n_spill += r["LOCAL"] > 0
+                    print(
+                        fmt.format(shape, pattern, path, str(prefetch), kname, r["REG"],
+                                   r["LOCAL"], r["SHARED"], took)
+                    )  # fmt: skip
+    blk_mod.PARTIAL_PREFETCH_Q = False
+    print(f"{n_err} compile errors, {n_spill} kernels with local memory (spills)")
+    return 1 if n_err else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
