@@ -454,6 +454,17 @@ def test_conv_decode_rolls_state(T, cpu_dtype, device):
 # ---------------------------------------------------------------------------------------
 
 
+def _assert_gpu_ring_bytes_equal(B, T, H, HV, K, V, lower_bound):
+    """fused+ring and unfused+ring write the same ring bytes in bf16 on the GPU."""
+    runs = {}
+    for mode in ("unfused+ring", "fused+ring"):
+        inp = make_inputs(B, T, H, HV, K, V, torch.bfloat16, "cuda", seed=7)
+        make_runner(mode, inp, B, T, H, HV, K, V, lower_bound)()
+        runs[mode] = inp
+    for name in ("rawv", "rawk", "g", "beta"):
+        assert same_bits(runs["unfused+ring"][name], runs["fused+ring"][name]), name
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("B", [1, 4, 64])
 @pytest.mark.parametrize("HV", [8, 16])
@@ -464,13 +475,7 @@ def test_gpu_bf16_seed_shape(B, HV, lower_bound):
         run_and_check(
             mode, B, T, H, HV, K, V, torch.bfloat16, "cuda", lower_bound, pad=0 if B > 1 else None
         )
-    runs = {}
-    for mode in ("unfused+ring", "fused+ring"):
-        inp = make_inputs(B, T, H, HV, K, V, torch.bfloat16, "cuda", seed=7)
-        make_runner(mode, inp, B, T, H, HV, K, V, lower_bound)()
-        runs[mode] = inp
-    for name in ("rawv", "rawk", "g", "beta"):
-        assert same_bits(runs["unfused+ring"][name], runs["fused+ring"][name]), name
+    _assert_gpu_ring_bytes_equal(B, T, H, HV, K, V, lower_bound)
 
 
 @pytest.mark.gpu
@@ -489,10 +494,4 @@ def test_gpu_bf16_chunk_form(B, lower_bound, monkeypatch):
                 mode, B, T, H, HV, K, V, torch.bfloat16, "cuda", lower_bound,
                 pad=0 if B > 1 else None,
             )  # fmt: skip
-    runs = {}
-    for mode in ("unfused+ring", "fused+ring"):
-        inp = make_inputs(B, T, H, HV, K, V, torch.bfloat16, "cuda", seed=7)
-        make_runner(mode, inp, B, T, H, HV, K, V, lower_bound)()
-        runs[mode] = inp
-    for name in ("rawv", "rawk", "g", "beta"):
-        assert same_bits(runs["unfused+ring"][name], runs["fused+ring"][name]), name
+    _assert_gpu_ring_bytes_equal(B, T, H, HV, K, V, lower_bound)

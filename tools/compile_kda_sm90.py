@@ -60,6 +60,21 @@ class _Capture:
         return launch
 
 
+def tile_grid(block_v, sub_v, stages, warps):
+    """Distinct tiles (BLOCK_V, SUB_V, stages, num_warps) of the given values: SUB_V 0 (or
+    equal to BLOCK_V) is the one-piece tile, which has one stage; SUB_V > BLOCK_V is left
+    out."""
+    tiles = [
+        (bv, sub if sub < bv else 0, st, nw)
+        for bv in block_v
+        for sub in sub_v
+        for st in (stages if 0 < sub < bv else [1])
+        for nw in warps
+        if sub <= bv
+    ]
+    return list(dict.fromkeys(tiles))
+
+
 def resources(compiled):
     """REG / LOCAL / SHARED of a compiled kernel, from cuobjdump on its cubin."""
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
@@ -117,15 +132,7 @@ def main():
     fmt = "{:>13} {:>3} {:>3} {:>2} {:>5} {:>5} {:>30} {:>4} {:>6} {:>7} {:>5}"
     print(fmt.format(*head))
     n_bad = 0
-    tiles = [
-        (bv, sub if sub < bv else 0, st, nw)
-        for bv in args.block_v
-        for sub in args.sub_v
-        for st in (args.stages if 0 < sub < bv else [1])
-        for nw in args.warps
-        if sub <= bv
-    ]
-    tiles = list(dict.fromkeys(tiles))
+    tiles = tile_grid(args.block_v, args.sub_v, args.stages, args.warps)
     orders = {"auto": None, "on": True, "off": False}
     first = tiles[0] if tiles else None
     for mode, order in ((m, o) for m in args.modes for o in args.state_first):

@@ -37,6 +37,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import gpu_check_kda as chk  # noqa: E402, I001  (puts src/ on the path; reads --cpu-smoke)
+from compile_kda_sm90 import tile_grid  # noqa: E402
 import kernels.kda.common as common  # noqa: E402
 import kernels.kda.conv as conv_mod  # noqa: E402
 import kernels.kda.fused_verify as fused_mod  # noqa: E402
@@ -150,15 +151,7 @@ def timing_table(result, key, batch_sizes, iters, deadline):
 def sweep(result, args, deadline):
     """Section 3: every tile (BLOCK_V, SUB_V, stages, num_warps), checked, then timed cold at
     each batch size. SUB_V 0 = BLOCK_V (one piece, one stage)."""
-    tiles = [
-        (bv, sub if sub < bv else 0, st, nw)
-        for bv in args.block_v
-        for sub in args.sub_v
-        for st in (args.stages if 0 < sub < bv else [1])
-        for nw in args.warps
-        if sub <= bv
-    ]
-    tiles = list(dict.fromkeys(tiles))
+    tiles = tile_grid(args.block_v, args.sub_v, args.stages, args.warps)
     modes = args.sweep_modes
     log(
         f"{'mode':>13} {'BV':>3} {'SUB':>3} {'st':>2} {'nw':>2} "

@@ -276,6 +276,42 @@ def _verify_steps(
     return b_S
 
 
+@triton.jit
+def _prepare_steps(b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T: tl.constexpr,
+                   SAFE_GATE: tl.constexpr, CHUNK: tl.constexpr):  # fmt: skip
+    """`_step_inputs`, plus `_chunk_inputs` when CHUNK (else a placeholder in their place):
+    (g, beta, q^, k^, chunk inputs)."""
+    b_g, b_beta, b_qn, b_kn = _step_inputs(
+        b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
+    )
+    if CHUNK:
+        b_cx = _chunk_inputs(b_g, b_qn, b_kn, T)
+    else:
+        b_cx = b_g  # unused
+    return b_g, b_beta, b_qn, b_kn, b_cx
+
+
+@triton.jit
+def _run_steps(
+    b_S, b_qn, b_kn, b_v, b_g, b_beta, b_cx, valid, p_o, s_o_n, p_snap, s_snap_t, s_snap_v,
+    p_rawv, s_rawv_r, o_sv, o_k, T: tl.constexpr, SNAPSHOT: tl.constexpr, RING: tl.constexpr,
+    NEED_STATE: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """The T steps of one sub-tile: `_chunk_steps` when CHUNK (no snapshots), else
+    `_verify_steps`; returns the state after the last step (when NEED_STATE or SNAPSHOT)."""
+    if CHUNK:
+        b_S = _chunk_steps(
+            b_S, b_kn, b_v, b_beta, b_cx, valid, p_o, s_o_n, p_rawv, s_rawv_r, o_sv, T, RING,
+            NEED_STATE, PRECISION,
+        )  # fmt: skip
+    else:
+        b_S = _verify_steps(
+            b_S, b_qn, b_kn, b_v, b_g, b_beta, valid, p_o, s_o_n, p_snap, s_snap_t, s_snap_v,
+            p_rawv, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING,
+        )  # fmt: skip
+    return b_S
+
+
 # ---------------------------------------------------------------------------------------
 # Host-side checks (no device synchronization)
 # ---------------------------------------------------------------------------------------

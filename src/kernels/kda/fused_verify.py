@@ -22,14 +22,12 @@ import triton.language as tl
 
 from .common import (
     FLOAT_DTYPES,
-    _chunk_inputs,
-    _chunk_steps,
     _conv_out,
     _load_rows,
-    _step_inputs,
+    _prepare_steps,
+    _run_steps,
     _store_ring_shared,
     _store_windows,
-    _verify_steps,
     check_devices,
     check_heads,
     check_index,
@@ -85,16 +83,10 @@ def _value_steps(b_xv, b_wv, b_bv, b_S, b_qn, b_kn, b_g, b_beta, valid, p_win, s
         b_v = b_v + (_conv_out(b_xv, b_wv, b_bv, t, W, True).to(p_o.dtype.element_ty),)
     m_sv = valid & (o_sv >= 0)
     _store_windows(p_win + c_v * s_win_c, s_win_t, s_win_w, b_xv, T, W, m_sv)
-    if CHUNK:
-        _chunk_steps(
-            b_S, b_kn, b_v, b_beta, b_cx, valid, p_o + o_sv, s_o_n, p_rawv, s_rawv_r, o_sv, T,
-            RING, False, PRECISION,
-        )  # fmt: skip
-    else:
-        _verify_steps(
-            b_S, b_qn, b_kn, b_v, b_g, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
-            s_snap_v, p_rawv, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING,
-        )  # fmt: skip
+    _run_steps(
+        b_S, b_qn, b_kn, b_v, b_g, b_beta, b_cx, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
+        s_snap_v, p_rawv, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING, False, CHUNK, PRECISION,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -241,13 +233,9 @@ def _fused_verify_kernel(
             p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0, s_h0_v,
             c_v0 + o_sv, o_sv, o_k, valid, T, W, HAS_BIAS,
         )  # fmt: skip
-        b_g, b_beta, b_qn, b_kn = _step_inputs(
-            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
+        b_g, b_beta, b_qn, b_kn, b_cx = _prepare_steps(
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, CHUNK
         )
-        if CHUNK:
-            b_cx = _chunk_inputs(b_g, b_qn, b_kn, T)
-        else:
-            b_cx = b_g  # unused
         _value_steps(
             b_xv, b_wv, b_bv, b_S, b_qn, b_kn, b_g, b_beta, valid, p_win, s_win_c, s_win_t,
             s_win_w, c_v0 + o_sv, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
@@ -263,13 +251,9 @@ def _fused_verify_kernel(
     else:
         _store_windows(p_win + c_q * s_win_c, s_win_t, s_win_w, b_xq, T, W, m_k & own_k)
         _store_windows(p_win + c_k * s_win_c, s_win_t, s_win_w, b_xk, T, W, m_k & own_k)
-        b_g, b_beta, b_qn, b_kn = _step_inputs(
-            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
+        b_g, b_beta, b_qn, b_kn, b_cx = _prepare_steps(
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, CHUNK
         )
-        if CHUNK:
-            b_cx = _chunk_inputs(b_g, b_qn, b_kn, T)
-        else:
-            b_cx = b_g  # unused
         if RING:
             _store_ring_shared(
                 p_rawk, s_rawk_r, p_g, s_g_r, p_beta, s_beta_r, b_k, b_g, b_beta, o_k,

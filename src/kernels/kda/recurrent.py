@@ -16,12 +16,10 @@ import triton.language as tl
 
 from .common import (
     FLOAT_DTYPES,
-    _chunk_inputs,
-    _chunk_steps,
     _load_rows,
-    _step_inputs,
+    _prepare_steps,
+    _run_steps,
     _store_ring_shared,
-    _verify_steps,
     check_devices,
     check_heads,
     check_lower_bound,
@@ -142,45 +140,31 @@ def _recurrent_verify_kernel(
         m_S = valid & (o_sv[:, None] >= 0)
         b_v = _load_rows(p_v + o_sv, s_v_n, T, None)
         b_S = tl.load(p_S, mask=m_S, other=0.0)
-        b_g, b_beta, b_qn, b_kn = _step_inputs(
-            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
+        b_g, b_beta, b_qn, b_kn, b_cx = _prepare_steps(
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, CHUNK
         )
-        if CHUNK:
-            b_cx = _chunk_inputs(b_g, b_qn, b_kn, T)
-        if CHUNK:
-            b_S = _chunk_steps(
-                b_S, b_kn, b_v, b_beta, b_cx, valid, p_o + o_sv, s_o_n, p_rawv, s_rawv_r,
-                o_sv, T, RING, STORE_FINAL, PRECISION,
-            )  # fmt: skip
-        else:
-            b_S = _verify_steps(
-                b_S, b_qn, b_kn, b_v, b_g, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
-                s_snap_v, p_rawv, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING,
-            )  # fmt: skip
+        b_S = _run_steps(
+            b_S, b_qn, b_kn, b_v, b_g, b_beta, b_cx, valid, p_o + o_sv, s_o_n, p_snap,
+            s_snap_t, s_snap_v, p_rawv, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING, STORE_FINAL,
+            CHUNK, PRECISION,
+        )  # fmt: skip
         if STORE_FINAL:
             tl.store(p_S, b_S, mask=m_S)
     else:
-        b_g, b_beta, b_qn, b_kn = _step_inputs(
-            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
+        b_g, b_beta, b_qn, b_kn, b_cx = _prepare_steps(
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, CHUNK
         )
-        if CHUNK:
-            b_cx = _chunk_inputs(b_g, b_qn, b_kn, T)
         for i_s in tl.range(0, BLOCK_V // SUB_V, num_stages=STAGES):
             o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
             p_S = p_h0 + o_sv[:, None] * s_h0_v + o_k[None, :]
             m_S = valid & (o_sv[:, None] >= 0)
             b_v = _load_rows(p_v + o_sv, s_v_n, T, None)
             b_S = tl.load(p_S, mask=m_S, other=0.0)
-            if CHUNK:
-                b_S = _chunk_steps(
-                    b_S, b_kn, b_v, b_beta, b_cx, valid, p_o + o_sv, s_o_n, p_rawv, s_rawv_r,
-                    o_sv, T, RING, STORE_FINAL, PRECISION,
-                )  # fmt: skip
-            else:
-                b_S = _verify_steps(
-                    b_S, b_qn, b_kn, b_v, b_g, b_beta, valid, p_o + o_sv, s_o_n, p_snap,
-                    s_snap_t, s_snap_v, p_rawv, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING,
-                )  # fmt: skip
+            b_S = _run_steps(
+                b_S, b_qn, b_kn, b_v, b_g, b_beta, b_cx, valid, p_o + o_sv, s_o_n, p_snap,
+                s_snap_t, s_snap_v, p_rawv, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING, STORE_FINAL,
+                CHUNK, PRECISION,
+            )  # fmt: skip
             if STORE_FINAL:
                 tl.store(p_S, b_S, mask=m_S)
 

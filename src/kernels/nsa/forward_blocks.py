@@ -194,31 +194,23 @@ def _partial_kernel(
     i_slot, b_blk, ok = _chunk_entries(COL, BLK, o_list, c, total, NB, G, CHUNK, BLOCK_G)
     if PREFETCH_Q:
         b_q = _chunk_q(Q, i_slot, ok, o_head, T, S, D, CHUNK, BLOCK_G)
-        while c < n_chunks:
-            c_next = c + n_prog
-            n_slot, n_blk, n_ok = _chunk_entries(
-                COL, BLK, o_list, c_next, total, NB, G, CHUNK, BLOCK_G
-            )  # fmt: skip
+    while c < n_chunks:
+        c_next = c + n_prog
+        n_slot, n_blk, n_ok = _chunk_entries(
+            COL, BLK, o_list, c_next, total, NB, G, CHUNK, BLOCK_G
+        )  # fmt: skip
+        if PREFETCH_Q:
             n_q = _chunk_q(Q, n_slot, n_ok, o_head, T, S, D, CHUNK, BLOCK_G)
-            _partial_chunk(
-                K, V, PART_O, PART_L, b_q, i_slot, b_blk, ok, o_list, p_kv, T, NB, G,
-                qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC,
-            )  # fmt: skip
-            c = c_next
-            i_slot, b_blk, ok, b_q = n_slot, n_blk, n_ok, n_q
-    else:
-        while c < n_chunks:
-            c_next = c + n_prog
-            n_slot, n_blk, n_ok = _chunk_entries(
-                COL, BLK, o_list, c_next, total, NB, G, CHUNK, BLOCK_G
-            )  # fmt: skip
+        else:
             b_q = _chunk_q(Q, i_slot, ok, o_head, T, S, D, CHUNK, BLOCK_G)
-            _partial_chunk(
-                K, V, PART_O, PART_L, b_q, i_slot, b_blk, ok, o_list, p_kv, T, NB, G,
-                qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC,
-            )  # fmt: skip
-            c = c_next
-            i_slot, b_blk, ok = n_slot, n_blk, n_ok
+        _partial_chunk(
+            K, V, PART_O, PART_L, b_q, i_slot, b_blk, ok, o_list, p_kv, T, NB, G,
+            qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC,
+        )  # fmt: skip
+        c = c_next
+        i_slot, b_blk, ok = n_slot, n_blk, n_ok
+        if PREFETCH_Q:
+            b_q = n_q
 
 
 @triton.jit
