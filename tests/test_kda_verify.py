@@ -392,12 +392,17 @@ def test_chunk_form_ring_bytes_and_knob(cpu_dtype, device, monkeypatch):
     assert bool(inp["win_pool"].isnan().all())
 
 
-@pytest.mark.parametrize("products", ["steps", "chunk"])
-def test_disable_state_update_false(products, cpu_dtype, device, monkeypatch):
+@pytest.mark.parametrize("products,T", [("steps", 2), ("chunk", 2), ("chunk", 9)])
+def test_disable_state_update_false(products, T, cpu_dtype, device, monkeypatch):
     """Ordinary decode: [B, T, H, K] layout, no save buffers, final state written back (by
-    the steps, or by the chunk form's closed-form final state)."""
+    the steps, or by the chunk form's closed-form final state). T=9 needs 18 products, more
+    than the chunk form's 16 columns: it must take the steps, on a 16-row tile that would
+    otherwise use the tensor-core product."""
     monkeypatch.setattr(common, "STATE_PRODUCTS", products)
-    B, T, H, HV, K, V = 2, 2, 1, 2, 16, 16
+    monkeypatch.setattr(rec_mod, "RECURRENT_BLOCK_V", 16)
+    assert common.products_args(True, torch.float32, 8)[0] == (products == "chunk")
+    assert not common.products_args(True, torch.float32, 9)[0]
+    B, H, HV, K, V = 2, 1, 2, 16, 16
     inp = make_inputs(B, T, H, HV, K, V, cpu_dtype, device, seed=11)
     ref = reference(inp, T, H, HV, K, V)
     dim = 2 * H * K + HV * V

@@ -455,12 +455,13 @@ def _check_pow2_knob(name, value):
 STATE_PRODUCTS = "steps"
 
 
-def products_args(no_snapshots, dtype):
-    """(CHUNK, PRECISION) kernel arguments: chunk form when asked and no snapshot is saved;
-    tensor-core precision tf32x3 (fp32-accurate) for 16-bit inputs, ieee for fp32 ones."""
+def products_args(no_snapshots, dtype, T):
+    """(CHUNK, PRECISION) kernel arguments: chunk form when asked, no snapshot is saved and
+    the 2T products fit the 16 columns of its matrix (T <= 8; longer chains take the
+    steps); tensor-core precision tf32x3 (fp32-accurate) for 16-bit inputs, ieee for fp32."""
     if STATE_PRODUCTS not in ("steps", "chunk"):
         raise ValueError(f'STATE_PRODUCTS must be "steps" or "chunk", got {STATE_PRODUCTS!r}')
-    chunk = bool(no_snapshots) and STATE_PRODUCTS == "chunk"
+    chunk = bool(no_snapshots) and STATE_PRODUCTS == "chunk" and 2 * T <= 16
     return chunk, ("ieee" if dtype == torch.float32 else "tf32x3")
 
 

@@ -403,7 +403,7 @@ def fused_kda_conv_gating_verify(
         prefix="KDA_VERIFY_",
     )
     BV, SUB, num_warps, stages = pick_tile(mode, knobs, B, V, K)
-    chunk, precision = products_args(bool(cache_ring), mixed_qkv.dtype)
+    chunk, precision = products_args(bool(cache_ring), mixed_qkv.dtype, T)
     state_first = KDA_VERIFY_STATE_FIRST
     if state_first is None:
         state_first = B <= STATE_FIRST_MAX_B
