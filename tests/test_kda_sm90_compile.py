@@ -34,11 +34,11 @@ def _run(*args):
         # Wide programs in sub-tiles, plain and pipelined, in both work orders.
         ["--block-v", "64", "--sub-v", "0", "32", "--stages", "1", "2", "--warps", "4",
          "--state-first", "on", "off"],
-        # The ring modes' chunk form: reductions (4 rows) and the tensor-core product.
-        ["--modes", "fused+ring", "unfused+ring", "--block-v", "4", "64", "--sub-v", "0", "32",
-         "--warps", "4", "--state-first", "on", "off", "--products", "chunk"],
+        # The plain [rows, K] state tile (no key chunks).
+        ["--modes", "fused", "unfused+ring", "--block-v", "4", "64", "--sub-v", "0", "32",
+         "--warps", "4", "--key-chunk", "128"],
     ],
-    ids=["small-tiles", "sub-tiles", "chunk-form"],
+    ids=["small-tiles", "sub-tiles", "plain-tile"],
 )  # fmt: skip
 def test_kernels_compile_for_sm90_without_spills(args):
     r = _run(*args)

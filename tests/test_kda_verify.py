@@ -362,47 +362,50 @@ def test_block_v_rejects_non_power_of_two(device, monkeypatch):
     assert bool(inp["win_pool"].isnan().all())
 
 
-@pytest.mark.parametrize("mode", ["fused+ring", "unfused+ring"])
-@pytest.mark.parametrize("block_v", [4, 16], ids=["reductions", "dot"])
-@pytest.mark.parametrize("lower_bound,pad", [(None, 1), (-5.0, None)], ids=["std-pad", "safe"])
-def test_chunk_form_vs_reference(mode, block_v, lower_bound, pad, cpu_dtype, device, monkeypatch):
-    """STATE_PRODUCTS="chunk" (ring modes): o and the ring against the reference, for tiles
-    whose products are reductions (4 rows) and a tensor-core product (16 rows), T=4."""
-    monkeypatch.setattr(common, "STATE_PRODUCTS", "chunk")
-    _set_tile(monkeypatch, block_v, None, None, None)
-    run_and_check(mode, 3, 4, 1, 2, 16, 16, cpu_dtype, device, lower_bound, pad, seed=13)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kc", [4, 8, 32])
+def test_key_chunks_vs_reference(mode, kc, cpu_dtype, device, monkeypatch):
+    """State tiles split into key chunks (STATE_KEY_CHUNK < K = 32; 32 is the plain tile):
+    o, snapshots and ring against the reference, one-piece and sub-tiled V tiles, with a
+    padded sequence."""
+    monkeypatch.setattr(common, "STATE_KEY_CHUNK", kc)
+    for tile in ((8, None, None, None), (16, 8, None, None)):
+        _set_tile(monkeypatch, *tile)
+        run_and_check(mode, 3, 3, 1, 2, 32, 16, cpu_dtype, device, -5.0, pad=1, seed=13)
 
 
-def test_chunk_form_ring_bytes_and_knob(cpu_dtype, device, monkeypatch):
-    """The chunk form writes the same ring bytes as the steps (the ring never depends on
-    the state), and a bad STATE_PRODUCTS value is refused before anything is written."""
-    B, T, H, HV, K, V = 2, 3, 1, 2, 16, 16
+def test_key_chunk_knob(cpu_dtype, device, monkeypatch):
+    """The ring bytes do not depend on the key chunks, and a bad STATE_KEY_CHUNK is
+    refused (naming it) before anything is written."""
+    B, T, H, HV, K, V = 2, 3, 1, 2, 32, 16
     runs = {}
-    for products in ("steps", "chunk"):
-        monkeypatch.setattr(common, "STATE_PRODUCTS", products)
+    for kc in (8, 32):
+        monkeypatch.setattr(common, "STATE_KEY_CHUNK", kc)
         inp = make_inputs(B, T, H, HV, K, V, cpu_dtype, device, seed=17)
         make_runner("fused+ring", inp, B, T, H, HV, K, V)()
-        runs[products] = inp
+        runs[kc] = inp
     for name in ("rawv", "rawk", "g", "beta", "win_pool"):
-        assert same_bits(runs["steps"][name], runs["chunk"][name]), name
-    monkeypatch.setattr(common, "STATE_PRODUCTS", "dot")
-    inp = make_inputs(B, T, H, HV, K, V, cpu_dtype, device, seed=17)
-    with pytest.raises(ValueError, match="STATE_PRODUCTS"):
-        make_runner("fused+ring", inp, B, T, H, HV, K, V)()
-    assert bool(inp["win_pool"].isnan().all())
+        assert same_bits(runs[8][name], runs[32][name]), name
+    assert common.key_chunk(32) == 32 and common.key_chunk(16) == 16
+    for bad in (2, 12, 16.0, True, None):
+        monkeypatch.setattr(common, "STATE_KEY_CHUNK", bad)
+        for mode in ("fused+ring", "unfused"):
+            inp = make_inputs(B, T, H, HV, K, V, cpu_dtype, device, seed=17)
+            with pytest.raises(ValueError, match="STATE_KEY_CHUNK"):
+                make_runner(mode, inp, B, T, H, HV, K, V)()
+            # (unfused: the conv kernel ran first; the recurrence wrote nothing)
+            saves = ("inter_ssm", "rawv", "rawk", "g", "beta")
+            assert all(bool(inp[n].isnan().all()) for n in saves), mode
+            assert bool(inp["win_pool"].isnan().all()) or mode == "unfused"
 
 
-@pytest.mark.parametrize("products,T", [("steps", 2), ("chunk", 2), ("chunk", 9)])
-def test_disable_state_update_false(products, T, cpu_dtype, device, monkeypatch):
-    """Ordinary decode: [B, T, H, K] layout, no save buffers, final state written back (by
-    the steps, or by the chunk form's closed-form final state). T=9 needs 18 products, more
-    than the chunk form's 16 columns: it must take the steps, on a 16-row tile that would
-    otherwise use the tensor-core product."""
-    monkeypatch.setattr(common, "STATE_PRODUCTS", products)
+@pytest.mark.parametrize("kc,T", [(32, 2), (8, 5)])
+def test_disable_state_update_false(kc, T, cpu_dtype, device, monkeypatch):
+    """Ordinary decode: [B, T, H, K] layout, no save buffers, final state written back,
+    from the plain and the key-chunked tile (K = 32)."""
+    monkeypatch.setattr(common, "STATE_KEY_CHUNK", kc)
     monkeypatch.setattr(rec_mod, "RECURRENT_BLOCK_V", 16)
-    assert common.products_args(True, torch.float32, 8)[0] == (products == "chunk")
-    assert not common.products_args(True, torch.float32, 9)[0]
-    B, H, HV, K, V = 2, 1, 2, 16, 16
+    B, H, HV, K, V = 2, 1, 2, 32, 16
     inp = make_inputs(B, T, H, HV, K, V, cpu_dtype, device, seed=11)
     ref = reference(inp, T, H, HV, K, V)
     dim = 2 * H * K + HV * V
@@ -484,19 +487,13 @@ def test_gpu_bf16_seed_shape(B, HV, lower_bound):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("B", [1, 64])
-@pytest.mark.parametrize("lower_bound", [None, -5.0])
-def test_gpu_bf16_chunk_form(B, lower_bound, monkeypatch):
-    """STATE_PRODUCTS="chunk" in bf16 at the seed's shape: the ring modes against the
-    reference (default tiles, and 64-row tiles in two 32-row sub-tiles, whose products run
-    on the tensor cores), and ring bytes equal between the fused and unfused kernels."""
+@pytest.mark.parametrize("kc", [8, 32, 128])
+def test_gpu_bf16_key_chunks(kc, monkeypatch):
+    """Other key chunk widths than the default in bf16 at the seed's shape (128 = the plain
+    tile): every mode against the reference at B = 4 with a padded sequence, ring bytes
+    equal between the fused and unfused kernels."""
     T, H, HV, K, V = 4, 8, 8, 128, 128
-    monkeypatch.setattr(common, "STATE_PRODUCTS", "chunk")
-    for tile in ((None, None, None, None), (64, 32, 4, None)):
-        _set_tile(monkeypatch, *tile)
-        for mode in ("unfused+ring", "fused+ring"):
-            run_and_check(
-                mode, B, T, H, HV, K, V, torch.bfloat16, "cuda", lower_bound,
-                pad=0 if B > 1 else None,
-            )  # fmt: skip
-    _assert_gpu_ring_bytes_equal(B, T, H, HV, K, V, lower_bound)
+    monkeypatch.setattr(common, "STATE_KEY_CHUNK", kc)
+    for mode in MODES:
+        run_and_check(mode, 4, T, H, HV, K, V, torch.bfloat16, "cuda", -5.0, pad=0)
+    _assert_gpu_ring_bytes_equal(4, T, H, HV, K, V, None)

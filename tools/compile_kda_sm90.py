@@ -1,9 +1,9 @@
 """Compile the KDA verify kernels for an H200 (sm_90) without a GPU: registers, spills, smem.
 
     .venv/bin/python tools/compile_kda_sm90.py [--modes fused ...] [--block-v 4 16] [--warps 1 4]
-        [--sub-v 0 32] [--stages 1 2] [--state-first auto on off] [--products steps chunk]
+        [--sub-v 0 32] [--stages 1 2] [--state-first auto on off] [--key-chunk 16]
         (sub-v 0: the whole BLOCK_V in one piece; state-first: the fused kernel's work order;
-        products: common.STATE_PRODUCTS, which only the ring modes use)
+        key-chunk: common.STATE_KEY_CHUNK, the key chunk width of the state tiles)
 
 Every call goes through the public wrappers with CPU tensors (bf16 inputs, the seed's
 shape), as the benchmark calls them; a stand-in driver reports an sm_90 target, and each
@@ -102,7 +102,7 @@ def main():
     ap.add_argument("--sub-v", type=int, nargs="+", default=[0])
     ap.add_argument("--stages", type=int, nargs="+", default=[1])
     ap.add_argument("--state-first", nargs="+", default=["auto"], choices=["auto", "on", "off"])
-    ap.add_argument("--products", default="steps", choices=["steps", "chunk"])
+    ap.add_argument("--key-chunk", type=int, default=None, help="default: the module's")
     ap.add_argument("--hv", type=int, default=8)
     ap.add_argument("--safe-gate", action="store_true")
     args = ap.parse_args()
@@ -118,7 +118,8 @@ def main():
         "1"  # lets the wrappers accept CPU tensors; kernels stay compiled
     )
     chk.DEV, chk.DT = "cpu", torch.bfloat16
-    common.STATE_PRODUCTS = args.products
+    if args.key_chunk is not None:
+        common.STATE_KEY_CHUNK = args.key_chunk
     compiled = []
     for mod, name in (
         (fused_mod, "_fused_verify_kernel"),

@@ -19,8 +19,9 @@ short table and all written to DIR/kda_tune.json and DIR/kda_tune.txt:
      conv kernel's BLOCK_D x warps at B in {1, 64};
   4. section 2's table again with the suggested tiles, if time is left.
 The time budget (--budget-s) skips what is left of sections 3 and 4 once spent.
---products chunk runs everything with common.STATE_PRODUCTS = "chunk" (the ring modes'
-chunk form); --skip-timings leaves out section 2.
+--key-chunk N runs everything with common.STATE_KEY_CHUNK = N (the width of the key
+chunks of the recurrences' state tiles; 128 = the plain tile); --skip-timings leaves out
+section 2.
 Reuses the inputs, calls, checks and timer of tools/gpu_check_kda.py. `--cpu-smoke` runs
 the whole script at a tiny fp32 shape under the Triton interpreter, with one plain call
 in place of each timing (it checks the script, not the speed).
@@ -298,10 +299,10 @@ def main():
     ap.add_argument("--sweep-modes", nargs="+", default=list(MODES), choices=MODES)
     ap.add_argument("--skip-timings", action="store_true", help="no section 2 table")
     ap.add_argument(
-        "--products",
-        default=common.STATE_PRODUCTS,
-        choices=["steps", "chunk"],
-        help="common.STATE_PRODUCTS for the whole run (the ring modes' state products)",
+        "--key-chunk",
+        type=int,
+        default=common.STATE_KEY_CHUNK,
+        help="common.STATE_KEY_CHUNK for the whole run (key chunk width of the state tiles)",
     )
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--budget-s", type=float, default=225)
@@ -310,7 +311,7 @@ def main():
     if args.cpu_smoke:
         cpu_smoke(args)
     os.makedirs(args.out, exist_ok=True)
-    common.STATE_PRODUCTS = args.products
+    common.STATE_KEY_CHUNK = args.key_chunk
     t0 = time.time()
     deadline = t0 + args.budget_s
     import triton
@@ -331,10 +332,10 @@ def main():
     ):
         result[k] = []
     result["default_table"] = {k: list(v) for k, v in common.BLOCK_V_TABLE.items()}
-    result["state_products"] = args.products
+    result["state_key_chunk"] = args.key_chunk
     log(
         f"{result['device']}  torch {torch.__version__}  triton {triton.__version__}  "
-        f"STATE_PRODUCTS={args.products}"
+        f"STATE_KEY_CHUNK={args.key_chunk}"
     )
 
     def save():

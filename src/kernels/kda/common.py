@@ -86,16 +86,67 @@ def _l2norm(b_x, eps):
 
 
 @triton.jit
-def _delta_step(b_S, b_q, b_k, b_v, b_g, b_beta):
-    """One gated delta-rule step on a [BLOCK_V, K] state tile; returns (S, o).
+def _tile_offsets(o_v, s_v, K: tl.constexpr, KC: tl.constexpr):
+    """Offsets of the state rows o_v (row stride s_v, K contiguous fp32 each) in the shape
+    of a state tile: [len(o_v), K] when KC == K, else [len(o_v), K // KC, KC].
 
-    S <- S * exp(g) (column i decays by exp(g_i)); u = beta * (v - S k);
-    S <- S + u k^T; o = S q.  q and k are already normalized (q also scaled).
+    Why the second shape: Triton lays a load out for coalescing, 4 consecutive floats per
+    lane along the contiguous axis. On a [rows, 128] tile that spreads a row over all 32
+    lanes, and each row sum of a delta step (S k, S q) then takes 5 rounds of lane
+    shuffles per row a lane holds. Split into key chunks of KC, the chunk axis (middle)
+    lands in each lane's registers and only KC / 4 lanes share a row: the sums over the
+    chunk axis are plain adds and the last KC-wide sum takes log2(KC / 4) shuffle rounds
+    (2 for KC = 16). The loads stay coalesced in 16-byte pieces.
     """
-    b_S = b_S * tl.exp(b_g)[None, :]
-    b_u = b_beta * (b_v - tl.sum(b_S * b_k[None, :], axis=1))
-    b_S = b_S + b_u[:, None] * b_k[None, :]
-    b_o = tl.sum(b_S * b_q[None, :], axis=1)
+    if KC == K:
+        return o_v[:, None] * s_v + tl.arange(0, K)[None, :]
+    else:
+        o_c = tl.arange(0, K // KC)
+        o_e = tl.arange(0, KC)
+        return o_v[:, None, None] * s_v + (o_c[:, None] * KC + o_e[None, :])[None, :, :]
+
+
+@triton.jit
+def _tile_rows(m_v, K: tl.constexpr, KC: tl.constexpr):
+    """A per-row mask [rows] broadcast against a state tile of `_tile_offsets`' shape."""
+    if KC == K:
+        return m_v[:, None]
+    else:
+        return m_v[:, None, None]
+
+
+@triton.jit
+def _key_vec(b_x, K: tl.constexpr, KC: tl.constexpr):
+    """A key-axis vector [K] in the shape that broadcasts against a state tile."""
+    if KC == K:
+        return b_x[None, :]
+    else:
+        return tl.reshape(b_x, [K // KC, KC])[None, :, :]
+
+
+@triton.jit
+def _key_sum(b_X, K: tl.constexpr, KC: tl.constexpr):
+    """Row sums over the key axis of a state-shaped tile: [rows] (chunk axis first: it
+    sits in registers, see `_tile_offsets`)."""
+    if KC == K:
+        return tl.sum(b_X, axis=1)
+    else:
+        return tl.sum(tl.sum(b_X, axis=1), axis=1)
+
+
+@triton.jit
+def _delta_step(b_S, b_q, b_k, b_v, b_eg, b_beta, K: tl.constexpr, KC: tl.constexpr):
+    """One gated delta-rule step on a state tile (rows = value channels); returns (S, o).
+
+    S <- S * exp(g) (key channel i decays by exp(g_i)); u = beta * (v - S k);
+    S <- S + u k^T; o = S q.  q and k [K] are already normalized (q also scaled); b_eg =
+    exp(g) [K].
+    """
+    b_k = _key_vec(b_k, K, KC)
+    b_S = b_S * _key_vec(b_eg, K, KC)
+    b_u = b_beta * (b_v - _key_sum(b_S * b_k, K, KC))
+    b_S = b_S + _tile_rows(b_u, K, KC) * b_k
+    b_o = _key_sum(b_S * _key_vec(b_q, K, KC), K, KC)
     return b_S, b_o
 
 
@@ -134,113 +185,12 @@ def _store_ring_shared(p_rawk, s_rawk_r, p_g, s_g_r, p_beta, s_beta_r, b_k, b_g,
 
 
 @triton.jit
-def _chunk_inputs(b_g, b_qn, b_kn, T: tl.constexpr):
-    """What the chunk form of the T steps needs besides the state (see `_chunk_steps`),
-    computed once per program: (X, x, a, c, G):
-    x: tuple of the 2T vectors exp(G_t) k_t (t < T), then exp(G_t) q_t, with G_t the
-    cumulative log-decay g_0 + ... + g_t; X: the same as the columns of a [K, 16] matrix
-    (zeros beyond 2T); a[t][i] = <exp(G_t - G_i) k_i, k_t> and c[t][i] = <exp(G_t - G_i)
-    k_i, q_t> for i < t, c[t][t] = <k_t, q_t>; G: tuple of the G_t."""
-    b_G = ()
-    b_acc = tl.zeros_like(b_g[0])
-    for t in tl.static_range(T):
-        b_acc = b_acc + b_g[t]
-        b_G = b_G + (b_acc,)
-    b_x = ()
-    for t in tl.static_range(T):
-        b_x = b_x + (tl.exp(b_G[t]) * b_kn[t],)
-    for t in tl.static_range(T):
-        b_x = b_x + (tl.exp(b_G[t]) * b_qn[t],)
-    o_c = tl.arange(0, 16)
-    b_X = tl.zeros([b_g[0].shape[0], 16], dtype=tl.float32)
-    for j in tl.static_range(2 * T):
-        b_X = tl.where(o_c[None, :] == j, b_x[j][:, None], b_X)
-    b_a = ()
-    b_c = ()
-    for t in tl.static_range(T):
-        b_at = ()
-        b_ct = ()
-        for i in tl.static_range(t):
-            b_d = tl.exp(b_G[t] - b_G[i]) * b_kn[i]
-            b_at = b_at + (tl.sum(b_d * b_kn[t], axis=0),)
-            b_ct = b_ct + (tl.sum(b_d * b_qn[t], axis=0),)
-        b_ct = b_ct + (tl.sum(b_kn[t] * b_qn[t], axis=0),)
-        b_a = b_a + (b_at,)
-        b_c = b_c + (b_ct,)
-    return b_X, b_x, b_a, b_c, b_G
-
-
-@triton.jit
-def _chunk_steps(
-    b_S,
-    b_kn,
-    b_v,
-    b_beta,
-    b_cx,
-    valid,
-    p_o,
-    s_o_n,
-    p_rawv,
-    s_rawv_r,
-    o_sv,
-    T: tl.constexpr,
-    RING: tl.constexpr,
-    NEED_STATE: tl.constexpr,
-    PRECISION: tl.constexpr,
-):
-    """The T steps of one [SUB_V, K] state sub-tile in chunk form (no snapshots); returns
-    the state after the last step if NEED_STATE, else the tile unchanged.
-
-    Unrolled over the steps, with G_t the cumulative log-decay per key channel:
-        S_t = S_0 diag(exp G_t) + sum_{i<=t} u_i (exp(G_t - G_i) k_i)^T
-        u_t = beta_t (v_t - S_0 (exp(G_t) k_t) - sum_{i<t} u_i a[t][i])
-        o_t = S_0 (exp(G_t) q_t) + sum_{i<=t} u_i c[t][i]
-    so the state enters only through 2T products with [K] vectors, all independent of
-    each other: one [SUB_V, K] x [K, 16] matrix product on the tensor cores (SUB_V >= 16;
-    PRECISION "tf32x3" keeps fp32 accuracy, "ieee" for fp32 inputs), or 2T reductions
-    over K for narrower tiles. The stepwise form (`_verify_steps`) touches the tile four
-    times per step with two lane-crossing reductions the next step waits on. Every decay
-    factor is exp of a later-minus-earlier sum of gates, at most 1, so nothing overflows.
-    """
-    b_X, b_x, b_a, b_c, b_G = b_cx
-    b_p = ()
-    if o_sv.shape[0] >= 16:
-        o_c = tl.arange(0, 16)
-        b_P = tl.dot(b_S, b_X, input_precision=PRECISION)
-        for j in tl.static_range(2 * T):
-            b_p = b_p + (tl.sum(tl.where(o_c[None, :] == j, b_P, 0.0), axis=1),)
-    else:
-        for j in tl.static_range(2 * T):
-            b_p = b_p + (tl.sum(b_S * b_x[j][None, :], axis=1),)
-    b_u = ()
-    for t in tl.static_range(T):
-        b_w = b_v[t].to(tl.float32) - b_p[t]
-        b_o = b_p[T + t]
-        for i in tl.static_range(t):
-            b_w = b_w - b_a[t][i] * b_u[i]
-            b_o = b_o + b_c[t][i] * b_u[i]
-        b_ut = b_beta[t] * b_w
-        b_o = b_o + b_c[t][t] * b_ut
-        b_u = b_u + (b_ut,)
-        tl.store(p_o + t * s_o_n, tl.where(valid, b_o, 0.0).to(p_o.dtype.element_ty))
-        if RING:
-            p = p_rawv + t * s_rawv_r + o_sv
-            tl.store(p, b_v[t].to(p_rawv.dtype.element_ty), mask=valid & (o_sv >= 0))
-    if NEED_STATE:
-        b_S = b_S * tl.exp(b_G[T - 1])[None, :]
-        for i in tl.static_range(T):
-            b_d = tl.exp(b_G[T - 1] - b_G[i]) * b_kn[i]
-            b_S = b_S + b_u[i][:, None] * b_d[None, :]
-    return b_S
-
-
-@triton.jit
 def _verify_steps(
     b_S,
-    b_qn,
-    b_kn,
+    b_qs,
+    b_ks,
     b_v,
-    b_g,
+    b_eg,
     b_beta,
     valid,
     p_o,
@@ -251,14 +201,16 @@ def _verify_steps(
     p_rawv,
     s_rawv_r,
     o_v,
-    o_k,
     T: tl.constexpr,
+    K: tl.constexpr,
+    KC: tl.constexpr,
     SNAPSHOT: tl.constexpr,
     RING: tl.constexpr,
 ):
-    """The T steps of one [SUB_V, K] state sub-tile; returns the state after the last step.
+    """The T steps of one state sub-tile (SUB_V rows, in `_tile_offsets`' shape); returns
+    the state after the last step.
 
-    b_qn, b_kn, b_g, b_beta: tuples from `_step_inputs`; b_v: tuple of the T rows of this
+    b_qs, b_ks, b_eg, b_beta: tuples from `_prepare_steps`; b_v: tuple of the T rows of this
     sub-tile's value channels (input dtype). Per step: the delta step, o (zeros where not
     `valid`), then the saves: the state sub-tile (SNAPSHOT) or its slice of rawv (RING;
     the shared ring entries are `_store_ring_shared`'s). Nothing but o is written unless
@@ -266,11 +218,13 @@ def _verify_steps(
     """
     m_v = valid & (o_v >= 0)
     for t in tl.static_range(T):
-        b_S, b_o = _delta_step(b_S, b_qn[t], b_kn[t], b_v[t].to(tl.float32), b_g[t], b_beta[t])
+        b_S, b_o = _delta_step(
+            b_S, b_qs[t], b_ks[t], b_v[t].to(tl.float32), b_eg[t], b_beta[t], K, KC
+        )
         tl.store(p_o + t * s_o_n, tl.where(valid, b_o, 0.0).to(p_o.dtype.element_ty))
         if SNAPSHOT:
-            p = p_snap + t * s_snap_t + o_v[:, None] * s_snap_v + o_k[None, :]
-            tl.store(p, b_S, mask=m_v[:, None])
+            p = p_snap + t * s_snap_t + _tile_offsets(o_v, s_snap_v, K, KC)
+            tl.store(p, b_S, mask=_tile_rows(m_v, K, KC))
         if RING:
             tl.store(p_rawv + t * s_rawv_r + o_v, b_v[t].to(p_rawv.dtype.element_ty), mask=m_v)
     return b_S
@@ -278,38 +232,18 @@ def _verify_steps(
 
 @triton.jit
 def _prepare_steps(b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T: tl.constexpr,
-                   SAFE_GATE: tl.constexpr, CHUNK: tl.constexpr):  # fmt: skip
-    """`_step_inputs`, plus `_chunk_inputs` when CHUNK (else a placeholder in their place):
-    (g, beta, q^, k^, chunk inputs)."""
+                   SAFE_GATE: tl.constexpr):  # fmt: skip
+    """`_step_inputs` plus exp(g): (g [K] and beta for the ring, then exp(g), q^, k^ for
+    the steps), once per program. They stay [K] vectors (a few registers per lane); each
+    step puts the ones it needs in the tile's key shape (`_key_vec`), which would take far
+    more registers if all T steps' were kept."""
     b_g, b_beta, b_qn, b_kn = _step_inputs(
         b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
     )
-    if CHUNK:
-        b_cx = _chunk_inputs(b_g, b_qn, b_kn, T)
-    else:
-        b_cx = b_g  # unused
-    return b_g, b_beta, b_qn, b_kn, b_cx
-
-
-@triton.jit
-def _run_steps(
-    b_S, b_qn, b_kn, b_v, b_g, b_beta, b_cx, valid, p_o, s_o_n, p_snap, s_snap_t, s_snap_v,
-    p_rawv, s_rawv_r, o_sv, o_k, T: tl.constexpr, SNAPSHOT: tl.constexpr, RING: tl.constexpr,
-    NEED_STATE: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr,
-):  # fmt: skip
-    """The T steps of one sub-tile: `_chunk_steps` when CHUNK (no snapshots), else
-    `_verify_steps`; returns the state after the last step (when NEED_STATE or SNAPSHOT)."""
-    if CHUNK:
-        b_S = _chunk_steps(
-            b_S, b_kn, b_v, b_beta, b_cx, valid, p_o, s_o_n, p_rawv, s_rawv_r, o_sv, T, RING,
-            NEED_STATE, PRECISION,
-        )  # fmt: skip
-    else:
-        b_S = _verify_steps(
-            b_S, b_qn, b_kn, b_v, b_g, b_beta, valid, p_o, s_o_n, p_snap, s_snap_t, s_snap_v,
-            p_rawv, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING,
-        )  # fmt: skip
-    return b_S
+    b_eg = ()
+    for t in tl.static_range(T):
+        b_eg = b_eg + (tl.exp(b_g[t]),)
+    return b_g, b_beta, b_eg, b_qn, b_kn
 
 
 # ---------------------------------------------------------------------------------------
@@ -446,23 +380,19 @@ def _check_pow2_knob(name, value):
         raise ValueError(f"{name} must be None or a power of two, got {value!r}")
 
 
-# How the recurrence kernels use the state when no snapshot is saved (ring modes, plain
-# decode), read at every call: "steps" walks the T steps on the tile (`_verify_steps`);
-# "chunk" forms the 2T state products at once, on the tensor cores for tiles of 16 rows
-# or more (`_chunk_steps`). Both kernels read it, so fused+ring and unfused+ring still
-# compute the same way (the ring bytes never depend on it). "chunk" passes the CPU tests
-# and compiles for sm_90; it has not been timed on the GPU yet, so it is not the default.
-STATE_PRODUCTS = "steps"
+# Width of the key chunks of a state tile (see `_tile_offsets`), read at every call by
+# both recurrence kernels: a power of two from 4 up to K; K keeps the plain [rows, K]
+# tile. The math and the order of every fp32 operation but the row sums' are the same
+# either way; the ring bytes never depend on it (the ring holds no state).
+STATE_KEY_CHUNK = 16
 
 
-def products_args(no_snapshots, dtype, T):
-    """(CHUNK, PRECISION) kernel arguments: chunk form when asked, no snapshot is saved and
-    the 2T products fit the 16 columns of its matrix (T <= 8; longer chains take the
-    steps); tensor-core precision tf32x3 (fp32-accurate) for 16-bit inputs, ieee for fp32."""
-    if STATE_PRODUCTS not in ("steps", "chunk"):
-        raise ValueError(f'STATE_PRODUCTS must be "steps" or "chunk", got {STATE_PRODUCTS!r}')
-    chunk = bool(no_snapshots) and STATE_PRODUCTS == "chunk" and 2 * T <= 16
-    return chunk, ("ieee" if dtype == torch.float32 else "tf32x3")
+def key_chunk(K):
+    """KC kernel argument: STATE_KEY_CHUNK clipped to K (checked)."""
+    kc = STATE_KEY_CHUNK
+    if not isinstance(kc, int) or isinstance(kc, bool) or kc < 4 or kc & (kc - 1):
+        raise ValueError(f"STATE_KEY_CHUNK must be a power of two >= 4, got {kc!r}")
+    return min(kc, K)
 
 
 def pick_tile(mode, knobs, B, V, K):

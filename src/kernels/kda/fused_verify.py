@@ -25,17 +25,19 @@ from .common import (
     _conv_out,
     _load_rows,
     _prepare_steps,
-    _run_steps,
     _store_ring_shared,
     _store_windows,
+    _tile_offsets,
+    _tile_rows,
+    _verify_steps,
     check_devices,
     check_heads,
     check_index,
     check_lower_bound,
     check_state_and_saves,
     check_tensor,
+    key_chunk,
     pick_tile,
-    products_args,
     save_args,
     tokens_view,
 )
@@ -55,10 +57,11 @@ STATE_FIRST_MAX_B = 8
 
 @triton.jit
 def _load_v_rows(p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0, s_h0_v,
-                 c_v, o_sv, o_k, valid, T: tl.constexpr, W: tl.constexpr,
-                 HAS_BIAS: tl.constexpr):  # fmt: skip
+                 c_v, o_sv, valid, T: tl.constexpr, W: tl.constexpr, K: tl.constexpr,
+                 KC: tl.constexpr, HAS_BIAS: tl.constexpr):  # fmt: skip
     """Loads of one group of value rows o_sv (channels c_v): the conv sequence (saved conv
-    inputs, then the T new inputs), conv weights and bias, and the fp32 state rows."""
+    inputs, then the T new inputs), conv weights and bias, and the fp32 state rows (in the
+    tile shape of `_tile_offsets`)."""
     m_sv = valid & (o_sv >= 0)
     b_xv = _load_rows(p_x + c_v, s_m_n, T, None)
     b_wv = _load_rows(conv_w + c_v * s_cw_c, s_cw_w, W, None)
@@ -67,15 +70,17 @@ def _load_v_rows(p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_
     else:
         b_bv = tl.zeros(o_sv.shape, dtype=tl.float32)
     b_xv = _load_rows(p_cs + c_v * s_cs_c, s_cs_w, W - 1, m_sv) + b_xv
-    b_S = tl.load(p_h0 + o_sv[:, None] * s_h0_v + o_k[None, :], mask=m_sv[:, None], other=0.0)
+    b_S = tl.load(
+        p_h0 + _tile_offsets(o_sv, s_h0_v, K, KC), mask=_tile_rows(m_sv, K, KC), other=0.0
+    )
     return b_xv, b_wv, b_bv, b_S
 
 
 @triton.jit
-def _value_steps(b_xv, b_wv, b_bv, b_S, b_qn, b_kn, b_g, b_beta, valid, p_win, s_win_c,
+def _value_steps(b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_eg, b_beta, valid, p_win, s_win_c,
                  s_win_t, s_win_w, c_v, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
-                 o_sv, o_k, b_cx, T: tl.constexpr, W: tl.constexpr, SNAPSHOT: tl.constexpr,
-                 RING: tl.constexpr, CHUNK: tl.constexpr, PRECISION: tl.constexpr):  # fmt: skip
+                 o_sv, T: tl.constexpr, W: tl.constexpr, K: tl.constexpr, KC: tl.constexpr,
+                 SNAPSHOT: tl.constexpr, RING: tl.constexpr):  # fmt: skip
     """One group of value rows: their conv outputs (rounded like the unfused kernel's) and
     windows, then the T delta steps with o and the saves."""
     b_v = ()
@@ -83,9 +88,9 @@ def _value_steps(b_xv, b_wv, b_bv, b_S, b_qn, b_kn, b_g, b_beta, valid, p_win, s
         b_v = b_v + (_conv_out(b_xv, b_wv, b_bv, t, W, True).to(p_o.dtype.element_ty),)
     m_sv = valid & (o_sv >= 0)
     _store_windows(p_win + c_v * s_win_c, s_win_t, s_win_w, b_xv, T, W, m_sv)
-    _run_steps(
-        b_S, b_qn, b_kn, b_v, b_g, b_beta, b_cx, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
-        s_snap_v, p_rawv, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING, False, CHUNK, PRECISION,
+    _verify_steps(
+        b_S, b_qs, b_ks, b_v, b_eg, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
+        s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, RING,
     )  # fmt: skip
 
 
@@ -155,8 +160,7 @@ def _fused_verify_kernel(
     SUB_V: tl.constexpr,
     STAGES: tl.constexpr,
     STATE_FIRST: tl.constexpr,
-    CHUNK: tl.constexpr,
-    PRECISION: tl.constexpr,
+    KC: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     SAFE_GATE: tl.constexpr,
     SNAPSHOT: tl.constexpr,
@@ -231,15 +235,15 @@ def _fused_verify_kernel(
         o_sv = i_v * BLOCK_V + tl.arange(0, SUB_V)
         b_xv, b_wv, b_bv, b_S = _load_v_rows(
             p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0, s_h0_v,
-            c_v0 + o_sv, o_sv, o_k, valid, T, W, HAS_BIAS,
+            c_v0 + o_sv, o_sv, valid, T, W, K, KC, HAS_BIAS,
         )  # fmt: skip
-        b_g, b_beta, b_qn, b_kn, b_cx = _prepare_steps(
-            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, CHUNK
+        b_g, b_beta, b_eg, b_qs, b_ks = _prepare_steps(
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
         )
         _value_steps(
-            b_xv, b_wv, b_bv, b_S, b_qn, b_kn, b_g, b_beta, valid, p_win, s_win_c, s_win_t,
+            b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_eg, b_beta, valid, p_win, s_win_c, s_win_t,
             s_win_w, c_v0 + o_sv, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
-            o_sv, o_k, b_cx, T, W, SNAPSHOT, RING, CHUNK, PRECISION,
+            o_sv, T, W, K, KC, SNAPSHOT, RING,
         )  # fmt: skip
         _store_windows(p_win + c_q * s_win_c, s_win_t, s_win_w, b_xq, T, W, m_k & own_k)
         _store_windows(p_win + c_k * s_win_c, s_win_t, s_win_w, b_xk, T, W, m_k & own_k)
@@ -251,8 +255,8 @@ def _fused_verify_kernel(
     else:
         _store_windows(p_win + c_q * s_win_c, s_win_t, s_win_w, b_xq, T, W, m_k & own_k)
         _store_windows(p_win + c_k * s_win_c, s_win_t, s_win_w, b_xk, T, W, m_k & own_k)
-        b_g, b_beta, b_qn, b_kn, b_cx = _prepare_steps(
-            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, CHUNK
+        b_g, b_beta, b_eg, b_qs, b_ks = _prepare_steps(
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
         )
         if RING:
             _store_ring_shared(
@@ -263,12 +267,12 @@ def _fused_verify_kernel(
             o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
             b_xv, b_wv, b_bv, b_S = _load_v_rows(
                 p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0, s_h0_v,
-                c_v0 + o_sv, o_sv, o_k, valid, T, W, HAS_BIAS,
+                c_v0 + o_sv, o_sv, valid, T, W, K, KC, HAS_BIAS,
             )  # fmt: skip
             _value_steps(
-                b_xv, b_wv, b_bv, b_S, b_qn, b_kn, b_g, b_beta, valid, p_win, s_win_c, s_win_t,
+                b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_eg, b_beta, valid, p_win, s_win_c, s_win_t,
                 s_win_w, c_v0 + o_sv, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
-                o_sv, o_k, b_cx, T, W, SNAPSHOT, RING, CHUNK, PRECISION,
+                o_sv, T, W, K, KC, SNAPSHOT, RING,
             )  # fmt: skip
 
 
@@ -403,7 +407,7 @@ def fused_kda_conv_gating_verify(
         prefix="KDA_VERIFY_",
     )
     BV, SUB, num_warps, stages = pick_tile(mode, knobs, B, V, K)
-    chunk, precision = products_args(bool(cache_ring), mixed_qkv.dtype, T)
+    kc = key_chunk(K)
     state_first = KDA_VERIFY_STATE_FIRST
     if state_first is None:
         state_first = B <= STATE_FIRST_MAX_B
@@ -421,8 +425,7 @@ def fused_kda_conv_gating_verify(
         0.0 if lower_bound is None else float(lower_bound),
         T=T, W=W, H=H, HV=HV, K=K, V=V, BLOCK_V=BV, SUB_V=SUB, STAGES=stages,
         STATE_FIRST=state_first,
-        CHUNK=chunk,
-        PRECISION=precision,
+        KC=kc,
         HAS_BIAS=conv_bias is not None,
         SAFE_GATE=lower_bound is not None,
         SNAPSHOT=intermediate_states_buffer is not None,

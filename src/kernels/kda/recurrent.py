@@ -18,15 +18,17 @@ from .common import (
     FLOAT_DTYPES,
     _load_rows,
     _prepare_steps,
-    _run_steps,
     _store_ring_shared,
+    _tile_offsets,
+    _tile_rows,
+    _verify_steps,
     check_devices,
     check_heads,
     check_lower_bound,
     check_state_and_saves,
     check_tensor,
+    key_chunk,
     pick_tile,
-    products_args,
     save_args,
     tokens_view,
 )
@@ -100,8 +102,7 @@ def _recurrent_verify_kernel(
     SNAPSHOT: tl.constexpr,
     RING: tl.constexpr,
     STORE_FINAL: tl.constexpr,
-    CHUNK: tl.constexpr,
-    PRECISION: tl.constexpr,
+    KC: tl.constexpr,
 ):
     i_n = tl.program_id(0)
     i_hv = tl.program_id(1)
@@ -136,34 +137,32 @@ def _recurrent_verify_kernel(
     p_rawv = rawv + i_slot * s_rawv_s + i_hv * s_rawv_h
     if SUB_V == BLOCK_V:
         o_sv = i_v * BLOCK_V + tl.arange(0, SUB_V)
-        p_S = p_h0 + o_sv[:, None] * s_h0_v + o_k[None, :]
-        m_S = valid & (o_sv[:, None] >= 0)
+        p_S = p_h0 + _tile_offsets(o_sv, s_h0_v, K, KC)
+        m_S = _tile_rows(valid & (o_sv >= 0), K, KC)
         b_v = _load_rows(p_v + o_sv, s_v_n, T, None)
         b_S = tl.load(p_S, mask=m_S, other=0.0)
-        b_g, b_beta, b_qn, b_kn, b_cx = _prepare_steps(
-            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, CHUNK
+        b_g, b_beta, b_eg, b_qs, b_ks = _prepare_steps(
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
         )
-        b_S = _run_steps(
-            b_S, b_qn, b_kn, b_v, b_g, b_beta, b_cx, valid, p_o + o_sv, s_o_n, p_snap,
-            s_snap_t, s_snap_v, p_rawv, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING, STORE_FINAL,
-            CHUNK, PRECISION,
+        b_S = _verify_steps(
+            b_S, b_qs, b_ks, b_v, b_eg, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
+            s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, RING,
         )  # fmt: skip
         if STORE_FINAL:
             tl.store(p_S, b_S, mask=m_S)
     else:
-        b_g, b_beta, b_qn, b_kn, b_cx = _prepare_steps(
-            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, CHUNK
+        b_g, b_beta, b_eg, b_qs, b_ks = _prepare_steps(
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
         )
         for i_s in tl.range(0, BLOCK_V // SUB_V, num_stages=STAGES):
             o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
-            p_S = p_h0 + o_sv[:, None] * s_h0_v + o_k[None, :]
-            m_S = valid & (o_sv[:, None] >= 0)
+            p_S = p_h0 + _tile_offsets(o_sv, s_h0_v, K, KC)
+            m_S = _tile_rows(valid & (o_sv >= 0), K, KC)
             b_v = _load_rows(p_v + o_sv, s_v_n, T, None)
             b_S = tl.load(p_S, mask=m_S, other=0.0)
-            b_S = _run_steps(
-                b_S, b_qn, b_kn, b_v, b_g, b_beta, b_cx, valid, p_o + o_sv, s_o_n, p_snap,
-                s_snap_t, s_snap_v, p_rawv, s_rawv_r, o_sv, o_k, T, SNAPSHOT, RING, STORE_FINAL,
-                CHUNK, PRECISION,
+            b_S = _verify_steps(
+                b_S, b_qs, b_ks, b_v, b_eg, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
+                s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, RING,
             )  # fmt: skip
             if STORE_FINAL:
                 tl.store(p_S, b_S, mask=m_S)
@@ -326,7 +325,7 @@ def fused_sigmoid_gating_delta_rule_update(
         prefix="RECURRENT_",
     )
     BV, SUB, num_warps, stages = pick_tile(mode, knobs, B, V, K)
-    chunk, precision = products_args(intermediate_states_buffer is None, q.dtype, T)
+    kc = key_chunk(K)
     grid = (B, HV, V // BV)
     _recurrent_verify_kernel[grid](
         q3, k3, v3, a2, b2, A_log, dt_bias, initial_state_source, initial_state_indices, o3, snap_idx,
@@ -342,8 +341,7 @@ def fused_sigmoid_gating_delta_rule_update(
         SNAPSHOT=intermediate_states_buffer is not None,
         RING=bool(cache_ring),
         STORE_FINAL=not disable_state_update,
-        CHUNK=chunk,
-        PRECISION=precision,
+        KC=kc,
         num_warps=num_warps,
     )  # fmt: skip
     return o
