@@ -31,9 +31,10 @@ def _run(*args):
     [
         # B=2 in the tool: the small-batch tiles, fused kernel state first by default.
         ["--block-v", "4", "8", "--warps", "1", "2", "4"],
-        # Wide programs in sub-tiles, plain and pipelined, in both work orders.
+        # Wide programs in sub-tiles, plain and pipelined, in both work orders, with the
+        # state tiles in key chunks of 32.
         ["--block-v", "64", "--sub-v", "0", "32", "--stages", "1", "2", "--warps", "4",
-         "--state-first", "on", "off"],
+         "--state-first", "on", "off", "--key-chunk", "32"],
         # The plain [rows, K] state tile (no key chunks).
         ["--modes", "fused", "unfused+ring", "--block-v", "4", "64", "--sub-v", "0", "32",
          "--warps", "4", "--key-chunk", "128"],

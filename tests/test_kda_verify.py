@@ -323,8 +323,18 @@ def test_block_v_choices_agree(mode, device, monkeypatch):
             assert same_bits(inp[name], inp0[name]), name
 
 
-def test_tile_table_and_knobs():
-    """The default tile comes from the table row of the mode and batch; forced values win."""
+def test_tile_table_and_knobs(monkeypatch):
+    """The default tile and key chunk width come from the table rows of the mode and batch;
+    forced values win."""
+    for mode, rows in common.KEY_CHUNK_TABLE.items():
+        for max_b, kc in rows:
+            B = 1000 if max_b is None else max_b
+            assert common.key_chunk(mode, B, 128) == (kc or 128)
+            assert common.key_chunk(mode, B, 16) == min(kc or 128, 16)
+    assert common.key_chunk("unfused+ring", 16, 128) == 32
+    assert common.key_chunk("unfused+ring", 8, 128) == 128
+    monkeypatch.setattr(common, "STATE_KEY_CHUNK", 8)
+    assert common.key_chunk("fused", 1, 128) == 8 and common.key_chunk("fused", 1, 4) == 4
     for mode, rows in common.BLOCK_V_TABLE.items():
         for max_b, bv, sub, nw, st in rows:
             B = 1000 if max_b is None else max_b
@@ -386,8 +396,7 @@ def test_key_chunk_knob(cpu_dtype, device, monkeypatch):
         runs[kc] = inp
     for name in ("rawv", "rawk", "g", "beta", "win_pool"):
         assert same_bits(runs[8][name], runs[32][name]), name
-    assert common.key_chunk(32) == 32 and common.key_chunk(16) == 16
-    for bad in (2, 12, 16.0, True, None):
+    for bad in (2, 12, 16.0, True):
         monkeypatch.setattr(common, "STATE_KEY_CHUNK", bad)
         for mode in ("fused+ring", "unfused"):
             inp = make_inputs(B, T, H, HV, K, V, cpu_dtype, device, seed=17)

@@ -302,7 +302,8 @@ def main():
         "--key-chunk",
         type=int,
         default=common.STATE_KEY_CHUNK,
-        help="common.STATE_KEY_CHUNK for the whole run (key chunk width of the state tiles)",
+        help="common.STATE_KEY_CHUNK for the whole run (key chunk width of the state "
+        "tiles; default: common.KEY_CHUNK_TABLE by mode and batch)",
     )
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--budget-s", type=float, default=225)

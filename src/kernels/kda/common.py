@@ -366,12 +366,19 @@ def num_warps_for(block_v, K):
 # B > 32 rows of the ring modes come from the v5 sweep: two sub-tiles of 32 rows per 64-row
 # program (q/k work shared by 64 rows, 32-row tiles in registers); a pipelined loop
 # (stages > 1) was slower at almost every measured point. The B <= 2 rows of the fused modes
-# (more warps per program at B=1) are from the v5 sweep at B=1 too.
+# (more warps per program at B=1) are from the v5 sweep at B=1 too. unfused+ring at B=16
+# and B > 32: 64-row one-piece tiles in key chunks of 32 (KEY_CHUNK_TABLE), v6 sweep.
 BLOCK_V_TABLE = {
     "fused": ((2, 4, 4, 2, 1), (8, 8, 8, 1, 1), (32, 32, 32, 4, 1), (None, 32, 32, 4, 1)),
     "fused+ring": ((2, 8, 8, 4, 1), (8, 8, 8, 1, 1), (32, 64, 64, 4, 1), (None, 64, 32, 4, 1)),
     "unfused": ((2, 4, 4, 1, 1), (8, 8, 8, 1, 1), (32, 16, 16, 2, 1), (None, 8, 8, 2, 1)),
-    "unfused+ring": ((2, 4, 4, 1, 1), (8, 8, 8, 1, 1), (32, 32, 32, 2, 1), (None, 64, 32, 4, 1)),
+    "unfused+ring": (
+        (2, 4, 4, 1, 1),
+        (8, 8, 8, 1, 1),
+        (16, 64, 64, 4, 1),
+        (32, 32, 32, 2, 1),
+        (None, 64, 64, 4, 1),
+    ),  # fmt: skip
 }
 
 
@@ -380,18 +387,33 @@ def _check_pow2_knob(name, value):
         raise ValueError(f"{name} must be None or a power of two, got {value!r}")
 
 
-# Width of the key chunks of a state tile (see `_tile_offsets`), read at every call by
-# both recurrence kernels: a power of two from 4 up to K; K keeps the plain [rows, K]
-# tile. The math and the order of every fp32 operation but the row sums' are the same
-# either way; the ring bytes never depend on it (the ring holds no state).
-STATE_KEY_CHUNK = 16
+# Width of the key chunks of a state tile (see `_tile_offsets`), by mode and batch: rows
+# (largest batch, KC), first match wins; None keeps the plain [rows, K] tile. The math and
+# the order of every fp32 operation but the row sums' are the same either way; the ring
+# bytes never depend on it (the ring holds no state). Measured (docs/perf/kda.md, v6):
+# chunks of 32 help the ring modes' 64-row one-piece tiles at B=16 (10.3 vs 11.6 us
+# fused+ring, 10.8 vs 13.6 unfused+ring) and unfused+ring at B=64 (30.0 vs 32.4); 16-wide
+# chunks, and chunks anywhere else, were slower: each lane then holds 16-32 values of
+# every per-step key vector (registers, and a shared-memory broadcast per step).
+KEY_CHUNK_TABLE = {
+    "fused": ((None, None),),
+    "fused+ring": ((8, None), (16, 32), (None, None)),
+    "unfused": ((None, None),),
+    "unfused+ring": ((8, None), (16, 32), (32, None), (None, 32)),
+}
+# Forced key chunk width for both recurrence kernels, read at every call: None = the table;
+# a power of two >= 4 (clipped to K; K is the plain tile).
+STATE_KEY_CHUNK = None
 
 
-def key_chunk(K):
-    """KC kernel argument: STATE_KEY_CHUNK clipped to K (checked)."""
+def key_chunk(mode, B, K):
+    """KC kernel argument of `mode` at batch B: STATE_KEY_CHUNK if set (checked), else the
+    table's; clipped to K."""
     kc = STATE_KEY_CHUNK
-    if not isinstance(kc, int) or isinstance(kc, bool) or kc < 4 or kc & (kc - 1):
-        raise ValueError(f"STATE_KEY_CHUNK must be a power of two >= 4, got {kc!r}")
+    if kc is None:
+        kc = next(c for b, c in KEY_CHUNK_TABLE[mode] if b is None or B <= b) or K
+    elif not isinstance(kc, int) or isinstance(kc, bool) or kc < 4 or kc & (kc - 1):
+        raise ValueError(f"STATE_KEY_CHUNK must be None or a power of two >= 4, got {kc!r}")
     return min(kc, K)
 
 

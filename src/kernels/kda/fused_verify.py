@@ -407,7 +407,7 @@ def fused_kda_conv_gating_verify(
         prefix="KDA_VERIFY_",
     )
     BV, SUB, num_warps, stages = pick_tile(mode, knobs, B, V, K)
-    kc = key_chunk(K)
+    kc = key_chunk(mode, B, K)
     state_first = KDA_VERIFY_STATE_FIRST
     if state_first is None:
         state_first = B <= STATE_FIRST_MAX_B

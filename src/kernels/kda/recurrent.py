@@ -325,7 +325,7 @@ def fused_sigmoid_gating_delta_rule_update(
         prefix="RECURRENT_",
     )
     BV, SUB, num_warps, stages = pick_tile(mode, knobs, B, V, K)
-    kc = key_chunk(K)
+    kc = key_chunk(mode, B, K)
     grid = (B, HV, V // BV)
     _recurrent_verify_kernel[grid](
         q3, k3, v3, a2, b2, A_log, dt_bias, initial_state_source, initial_state_indices, o3, snap_idx,
