@@ -408,6 +408,20 @@ def test_key_chunk_knob(cpu_dtype, device, monkeypatch):
             assert bool(inp["win_pool"].isnan().all()) or mode == "unfused"
 
 
+def test_snapshot_cache_modifier_knob(cpu_dtype, device, monkeypatch):
+    """A snapshot store cache modifier changes no result; a bad one is refused, naming the
+    knob, before anything is written."""
+    monkeypatch.setattr(common, "SNAPSHOT_CACHE_MODIFIER", ".cs")
+    run_and_check("fused", 2, 3, 1, 2, 16, 16, cpu_dtype, device, seed=5)
+    monkeypatch.setattr(common, "SNAPSHOT_CACHE_MODIFIER", ".ca")
+    for mode in ("fused", "unfused"):
+        inp = make_inputs(2, 3, 1, 2, 16, 16, cpu_dtype, device, seed=5)
+        with pytest.raises(ValueError, match="SNAPSHOT_CACHE_MODIFIER"):
+            make_runner(mode, inp, 2, 3, 1, 2, 16, 16)()
+        assert bool(inp["inter_ssm"].isnan().all())
+        assert bool(inp["win_pool"].isnan().all()) or mode == "unfused"
+
+
 @pytest.mark.parametrize("kc,T", [(32, 2), (8, 5)])
 def test_disable_state_update_false(kc, T, cpu_dtype, device, monkeypatch):
     """Ordinary decode: [B, T, H, K] layout, no save buffers, final state written back,

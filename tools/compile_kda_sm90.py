@@ -103,6 +103,7 @@ def main():
     ap.add_argument("--stages", type=int, nargs="+", default=[1])
     ap.add_argument("--state-first", nargs="+", default=["auto"], choices=["auto", "on", "off"])
     ap.add_argument("--key-chunk", type=int, default=None, help="default: the module's")
+    ap.add_argument("--snap-cache", default="", help="common.SNAPSHOT_CACHE_MODIFIER")
     ap.add_argument("--hv", type=int, default=8)
     ap.add_argument("--safe-gate", action="store_true")
     args = ap.parse_args()
@@ -118,6 +119,7 @@ def main():
         "1"  # lets the wrappers accept CPU tensors; kernels stay compiled
     )
     chk.DEV, chk.DT = "cpu", torch.bfloat16
+    common.SNAPSHOT_CACHE_MODIFIER = args.snap_cache
     if args.key_chunk is not None:
         common.STATE_KEY_CHUNK = args.key_chunk
     compiled = []

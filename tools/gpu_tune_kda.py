@@ -21,7 +21,7 @@ short table and all written to DIR/kda_tune.json and DIR/kda_tune.txt:
 The time budget (--budget-s) skips what is left of sections 3 and 4 once spent.
 --key-chunk N runs everything with common.STATE_KEY_CHUNK = N (the width of the key
 chunks of the recurrences' state tiles; 128 = the plain tile); --skip-timings leaves out
-section 2.
+section 2; --snap-cache M sets common.SNAPSHOT_CACHE_MODIFIER (the snapshot stores').
 Reuses the inputs, calls, checks and timer of tools/gpu_check_kda.py. `--cpu-smoke` runs
 the whole script at a tiny fp32 shape under the Triton interpreter, with one plain call
 in place of each timing (it checks the script, not the speed).
@@ -305,6 +305,11 @@ def main():
         help="common.STATE_KEY_CHUNK for the whole run (key chunk width of the state "
         "tiles; default: common.KEY_CHUNK_TABLE by mode and batch)",
     )
+    ap.add_argument(
+        "--snap-cache",
+        default=common.SNAPSHOT_CACHE_MODIFIER,
+        help="common.SNAPSHOT_CACHE_MODIFIER for the whole run (snapshot stores)",
+    )
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--budget-s", type=float, default=225)
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny run under the interpreter")
@@ -313,6 +318,7 @@ def main():
         cpu_smoke(args)
     os.makedirs(args.out, exist_ok=True)
     common.STATE_KEY_CHUNK = args.key_chunk
+    common.SNAPSHOT_CACHE_MODIFIER = args.snap_cache
     t0 = time.time()
     deadline = t0 + args.budget_s
     import triton
@@ -336,7 +342,7 @@ def main():
     result["state_key_chunk"] = args.key_chunk
     log(
         f"{result['device']}  torch {torch.__version__}  triton {triton.__version__}  "
-        f"STATE_KEY_CHUNK={args.key_chunk}"
+        f"STATE_KEY_CHUNK={args.key_chunk} SNAPSHOT_CACHE_MODIFIER={args.snap_cache!r}"
     )
 
     def save():

@@ -205,6 +205,7 @@ def _verify_steps(
     K: tl.constexpr,
     KC: tl.constexpr,
     SNAPSHOT: tl.constexpr,
+    SNAP_CM: tl.constexpr,
     RING: tl.constexpr,
 ):
     """The T steps of one state sub-tile (SUB_V rows, in `_tile_offsets`' shape); returns
@@ -224,7 +225,7 @@ def _verify_steps(
         tl.store(p_o + t * s_o_n, tl.where(valid, b_o, 0.0).to(p_o.dtype.element_ty))
         if SNAPSHOT:
             p = p_snap + t * s_snap_t + _tile_offsets(o_v, s_snap_v, K, KC)
-            tl.store(p, b_S, mask=_tile_rows(m_v, K, KC))
+            tl.store(p, b_S, mask=_tile_rows(m_v, K, KC), cache_modifier=SNAP_CM)
         if RING:
             tl.store(p_rawv + t * s_rawv_r + o_v, b_v[t].to(p_rawv.dtype.element_ty), mask=m_v)
     return b_S
@@ -415,6 +416,19 @@ def key_chunk(mode, B, K):
     elif not isinstance(kc, int) or isinstance(kc, bool) or kc < 4 or kc & (kc - 1):
         raise ValueError(f"STATE_KEY_CHUNK must be None or a power of two >= 4, got {kc!r}")
     return min(kc, K)
+
+
+# Cache modifier of the snapshot stores (PTX st with it), read at every call: "" (the
+# default write-back), ".cs" (streaming: likely accessed once), ".cg" (L2 only) or ".wt".
+SNAPSHOT_CACHE_MODIFIER = ""
+
+
+def snapshot_cache_modifier():
+    """SNAP_CM kernel argument: SNAPSHOT_CACHE_MODIFIER, checked."""
+    cm = SNAPSHOT_CACHE_MODIFIER
+    if cm not in ("", ".cs", ".cg", ".wt"):
+        raise ValueError(f'SNAPSHOT_CACHE_MODIFIER must be "", ".cs", ".cg" or ".wt", got {cm!r}')
+    return cm
 
 
 def pick_tile(mode, knobs, B, V, K):

@@ -39,6 +39,7 @@ from .common import (
     key_chunk,
     pick_tile,
     save_args,
+    snapshot_cache_modifier,
     tokens_view,
 )
 
@@ -80,7 +81,8 @@ def _load_v_rows(p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_
 def _value_steps(b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_eg, b_beta, valid, p_win, s_win_c,
                  s_win_t, s_win_w, c_v, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
                  o_sv, T: tl.constexpr, W: tl.constexpr, K: tl.constexpr, KC: tl.constexpr,
-                 SNAPSHOT: tl.constexpr, RING: tl.constexpr):  # fmt: skip
+                 SNAPSHOT: tl.constexpr, SNAP_CM: tl.constexpr,
+                 RING: tl.constexpr):  # fmt: skip
     """One group of value rows: their conv outputs (rounded like the unfused kernel's) and
     windows, then the T delta steps with o and the saves."""
     b_v = ()
@@ -90,7 +92,7 @@ def _value_steps(b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_eg, b_beta, valid, p_win, 
     _store_windows(p_win + c_v * s_win_c, s_win_t, s_win_w, b_xv, T, W, m_sv)
     _verify_steps(
         b_S, b_qs, b_ks, b_v, b_eg, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
-        s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, RING,
+        s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, SNAP_CM, RING,
     )  # fmt: skip
 
 
@@ -164,6 +166,7 @@ def _fused_verify_kernel(
     HAS_BIAS: tl.constexpr,
     SAFE_GATE: tl.constexpr,
     SNAPSHOT: tl.constexpr,
+    SNAP_CM: tl.constexpr,
     RING: tl.constexpr,
 ):
     i_n = tl.program_id(0)
@@ -243,7 +246,7 @@ def _fused_verify_kernel(
         _value_steps(
             b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_eg, b_beta, valid, p_win, s_win_c, s_win_t,
             s_win_w, c_v0 + o_sv, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
-            o_sv, T, W, K, KC, SNAPSHOT, RING,
+            o_sv, T, W, K, KC, SNAPSHOT, SNAP_CM, RING,
         )  # fmt: skip
         _store_windows(p_win + c_q * s_win_c, s_win_t, s_win_w, b_xq, T, W, m_k & own_k)
         _store_windows(p_win + c_k * s_win_c, s_win_t, s_win_w, b_xk, T, W, m_k & own_k)
@@ -272,7 +275,7 @@ def _fused_verify_kernel(
             _value_steps(
                 b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_eg, b_beta, valid, p_win, s_win_c, s_win_t,
                 s_win_w, c_v0 + o_sv, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
-                o_sv, T, W, K, KC, SNAPSHOT, RING,
+                o_sv, T, W, K, KC, SNAPSHOT, SNAP_CM, RING,
             )  # fmt: skip
 
 
@@ -429,6 +432,7 @@ def fused_kda_conv_gating_verify(
         HAS_BIAS=conv_bias is not None,
         SAFE_GATE=lower_bound is not None,
         SNAPSHOT=intermediate_states_buffer is not None,
+        SNAP_CM=snapshot_cache_modifier(),
         RING=bool(cache_ring),
         num_warps=num_warps,
     )  # fmt: skip

@@ -30,6 +30,7 @@ from .common import (
     key_chunk,
     pick_tile,
     save_args,
+    snapshot_cache_modifier,
     tokens_view,
 )
 
@@ -100,6 +101,7 @@ def _recurrent_verify_kernel(
     STAGES: tl.constexpr,
     SAFE_GATE: tl.constexpr,
     SNAPSHOT: tl.constexpr,
+    SNAP_CM: tl.constexpr,
     RING: tl.constexpr,
     STORE_FINAL: tl.constexpr,
     KC: tl.constexpr,
@@ -146,7 +148,7 @@ def _recurrent_verify_kernel(
         )
         b_S = _verify_steps(
             b_S, b_qs, b_ks, b_v, b_eg, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
-            s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, RING,
+            s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, SNAP_CM, RING,
         )  # fmt: skip
         if STORE_FINAL:
             tl.store(p_S, b_S, mask=m_S)
@@ -162,7 +164,7 @@ def _recurrent_verify_kernel(
             b_S = tl.load(p_S, mask=m_S, other=0.0)
             b_S = _verify_steps(
                 b_S, b_qs, b_ks, b_v, b_eg, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
-                s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, RING,
+                s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, SNAP_CM, RING,
             )  # fmt: skip
             if STORE_FINAL:
                 tl.store(p_S, b_S, mask=m_S)
@@ -339,6 +341,7 @@ def fused_sigmoid_gating_delta_rule_update(
         T=T, H=H, HV=HV, K=K, V=V, BLOCK_V=BV, SUB_V=SUB, STAGES=stages,
         SAFE_GATE=lower_bound is not None,
         SNAPSHOT=intermediate_states_buffer is not None,
+        SNAP_CM=snapshot_cache_modifier(),
         RING=bool(cache_ring),
         STORE_FINAL=not disable_state_update,
         KC=kc,
