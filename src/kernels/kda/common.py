@@ -367,18 +367,19 @@ def num_warps_for(block_v, K):
 # B > 32 rows of the ring modes come from the v5 sweep: two sub-tiles of 32 rows per 64-row
 # program (q/k work shared by 64 rows, 32-row tiles in registers); a pipelined loop
 # (stages > 1) was slower at almost every measured point. The B <= 2 rows of the fused modes
-# (more warps per program at B=1) are from the v5 sweep at B=1 too. unfused+ring at B=16
-# and B > 32: 64-row one-piece tiles in key chunks of 32 (KEY_CHUNK_TABLE), v6 sweep.
+# (more warps per program at B=1) are from the v5 sweep at B=1 too. v6 sweeps: unfused+ring
+# at B=16 in 64-row one-piece tiles; at B > 32, fused, fused+ring and unfused+ring in
+# 128-row programs of two 64-row sub-tiles; all of these with key chunks (KEY_CHUNK_TABLE).
 BLOCK_V_TABLE = {
-    "fused": ((2, 4, 4, 2, 1), (8, 8, 8, 1, 1), (32, 32, 32, 4, 1), (None, 32, 32, 4, 1)),
-    "fused+ring": ((2, 8, 8, 4, 1), (8, 8, 8, 1, 1), (32, 64, 64, 4, 1), (None, 64, 32, 4, 1)),
+    "fused": ((2, 4, 4, 2, 1), (8, 8, 8, 1, 1), (32, 32, 32, 4, 1), (None, 128, 64, 4, 1)),
+    "fused+ring": ((2, 8, 8, 4, 1), (8, 8, 8, 1, 1), (32, 64, 64, 4, 1), (None, 128, 64, 4, 1)),
     "unfused": ((2, 4, 4, 1, 1), (8, 8, 8, 1, 1), (32, 16, 16, 2, 1), (None, 8, 8, 2, 1)),
     "unfused+ring": (
         (2, 4, 4, 1, 1),
         (8, 8, 8, 1, 1),
         (16, 64, 64, 4, 1),
         (32, 32, 32, 2, 1),
-        (None, 64, 64, 4, 1),
+        (None, 128, 64, 4, 1),
     ),  # fmt: skip
 }
 
@@ -391,16 +392,17 @@ def _check_pow2_knob(name, value):
 # Width of the key chunks of a state tile (see `_tile_offsets`), by mode and batch: rows
 # (largest batch, KC), first match wins; None keeps the plain [rows, K] tile. The math and
 # the order of every fp32 operation but the row sums' are the same either way; the ring
-# bytes never depend on it (the ring holds no state). Measured (docs/perf/kda.md, v6):
-# chunks of 32 help the ring modes' 64-row one-piece tiles at B=16 (10.3 vs 11.6 us
-# fused+ring, 10.8 vs 13.6 unfused+ring) and unfused+ring at B=64 (30.0 vs 32.4); 16-wide
-# chunks, and chunks anywhere else, were slower: each lane then holds 16-32 values of
+# bytes never depend on it (the ring holds no state). Measured (docs/perf/kda.md, v6, cold
+# us, tuning script): chunks of 32 help the ring modes' 64-row one-piece tiles at B=16
+# (10.3 vs 11.6 fused+ring, 10.8 vs 13.6 unfused+ring); chunks of 64 the 128-row programs
+# at B=64 (fused+ring 26.9 vs 29.8 for the best plain tile, fused 56.8 vs 58.0). 16-wide
+# chunks, and chunks at small batches, were slower: each lane then holds 16-32 values of
 # every per-step key vector (registers, and a shared-memory broadcast per step).
 KEY_CHUNK_TABLE = {
-    "fused": ((None, None),),
-    "fused+ring": ((8, None), (16, 32), (None, None)),
+    "fused": ((32, None), (None, 64)),
+    "fused+ring": ((8, None), (16, 32), (32, None), (None, 64)),
     "unfused": ((None, None),),
-    "unfused+ring": ((8, None), (16, 32), (32, None), (None, 32)),
+    "unfused+ring": ((8, None), (16, 32), (32, None), (None, 64)),
 }
 # Forced key chunk width for both recurrence kernels, read at every call: None = the table;
 # a power of two >= 4 (clipped to K; K is the plain tile).
@@ -420,7 +422,9 @@ def key_chunk(mode, B, K):
 
 # Cache modifier of the snapshot stores (PTX st with it), read at every call: "" (the
 # default write-back), ".cs" (streaming: likely accessed once), ".cg" (L2 only) or ".wt".
-SNAPSHOT_CACHE_MODIFIER = ""
+# The snapshots are written once per call and read only after a rejection, so they are
+# streamed: ".cs" measured 1-3% faster than "" in the snapshot modes (v6), ".cg" the same.
+SNAPSHOT_CACHE_MODIFIER = ".cs"
 
 
 def snapshot_cache_modifier():
