@@ -208,17 +208,14 @@ def test_block_path_is_deterministic(schedule, monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
 
 
-@pytest.mark.parametrize(
-    "rows,waves,prefetch", [(16, None, False), (256, 1, False), (16, 1, True), (64, 2, True)]
-)
-def test_partial_chunk_sizes(rows, waves, prefetch, schedule, monkeypatch):
+@pytest.mark.parametrize("rows,waves", [(16, None), (256, 1), (16, 1), (64, 2)])
+def test_partial_chunk_sizes(rows, waves, schedule, monkeypatch):
     """Chunks of 4 entries (many chunks spanning two blocks, one program per chunk) and of
-    64 entries (chunks spanning several blocks, one persistent program per head); with
-    PARTIAL_PREFETCH_Q, persistent programs whose q rows load one chunk ahead."""
+    64 entries (chunks spanning several blocks, one persistent program per head), and
+    persistent programs walking many chunks each."""
     schedule("blocks")
     monkeypatch.setattr(forward_blocks, "CHUNK_ROWS", rows)
     monkeypatch.setattr(forward_blocks, "PARTIAL_WAVES", waves)
-    monkeypatch.setattr(forward_blocks, "PARTIAL_PREFETCH_Q", prefetch)
     B, Hq, Hkv, T, D, bs, S = 1, 8, 2, 47, 32, 16, 3
     q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=36)
     check_forward(q, k, v, make_idx("odd", B, Hkv, T, bs, S), bs)
@@ -262,26 +259,3 @@ def test_bf16_on_gpu(G, pattern, sched, schedule):
     assert (lse[~empty] - rlse[~empty]).abs().max() < 2e-2
     again = fwd(q, k, v, idx, bs, return_lse=True)
     assert torch.equal(o, again[0]) and torch.equal(lse, again[1])
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("pattern", ["recent", "random"])
-def test_bf16_on_gpu_prefetch_q(pattern, schedule, monkeypatch):
-    """PARTIAL_PREFETCH_Q in bf16 on a GPU (seed grouping, block path forced): the same
-    output bitwise as without it (the prefetch moves loads, not arithmetic), and against
-    the fp32 dense reference."""
-    schedule("blocks", ratio=1)
-    B, Hq, Hkv, T, D, bs, S = 1, 16, 4, 2000, 64, 64, 16
-    g = torch.Generator(device="cuda").manual_seed(5)
-    q, k, v = [
-        torch.randn(B, H, T, D, generator=g, device="cuda", dtype=torch.bfloat16)
-        for H in (Hq, Hkv, Hkv)
-    ]
-    make = make_block_idx_recent if pattern == "recent" else make_block_idx_random
-    idx = make(B, Hkv, T, bs, S, "cuda")
-    plain = fwd(q, k, v, idx, bs, return_lse=True)
-    monkeypatch.setattr(forward_blocks, "PARTIAL_PREFETCH_Q", True)
-    o, lse = fwd(q, k, v, idx, bs, return_lse=True)
-    assert torch.equal(o, plain[0]) and torch.equal(lse, plain[1])
-    ro = selection_forward_reference(q.float(), k.float(), v.float(), idx, bs)
-    assert rel_err(o, ro) < 1e-2

@@ -2,8 +2,8 @@
 
     .venv/bin/python tools/compile_nsa_sm90.py [--seq-len 4096] [--shapes seed paper]
 
-Every kernel the public forward and backward launch (token-tile path, block path with and
-without `PARTIAL_PREFETCH_Q`, backward) is compiled through the wrappers with CPU tensors
+Every kernel the public forward and backward launch (token-tile path, block path,
+backward) is compiled through the wrappers with CPU tensors
 in bf16, the way `tools/compile_kda_sm90.py` does for KDA: a stand-in driver reports an
 sm_90 target and each launch is replaced by Triton's `warmup`, which specializes the
 arguments like a real launch and compiles down to a cubin with ptxas, running nothing
@@ -48,8 +48,8 @@ def main():
             if isinstance(obj, triton.runtime.jit.JITFunction) and name.endswith("_kernel"):
                 setattr(mod, name, _Capture(obj, compiled))
 
-    fmt = "{:>6} {:>6} {:>7} {:>9} {:>28} {:>4} {:>6} {:>7} {:>5}"
-    print(fmt.format("shape", "pat", "path", "prefetch", "kernel", "REG", "LOCAL", "SHARED", "s"))
+    fmt = "{:>6} {:>6} {:>7} {:>28} {:>4} {:>6} {:>7} {:>5}"
+    print(fmt.format("shape", "pat", "path", "kernel", "REG", "LOCAL", "SHARED", "s"))
     n_err = n_spill = 0
     T, D, bs, S = args.seq_len, 64, 64, 16
     for shape in args.shapes:
@@ -64,13 +64,10 @@ def main():
                 idx = nsa.make_block_idx_recent(1, Hkv, T, bs, S, "cpu")
             else:
                 idx = nsa.make_block_idx_random(1, Hkv, T, bs, S, "cpu", 0)
-            runs = [(sched, False) for sched in ("tile", "blocks")] + [("blocks", True)]
-            runs.append(("backward", False))
-            for path, prefetch in runs:
-                blk_mod.PARTIAL_PREFETCH_Q = prefetch
+            for path in ("tile", "blocks", "backward"):
                 compiled.clear()
                 t0 = time.time()
-                tag = f"{shape:>6} {pattern:>6} {path:>7} {prefetch!s:>9}"
+                tag = f"{shape:>6} {pattern:>6} {path:>7}"
                 try:
                     if path == "backward":
                         o, lse = nsa.selection_forward_triton(q, k, v, idx, bs, return_lse=True)
@@ -88,10 +85,9 @@ def main():
                     r = resources(ck)
                     n_spill += r["LOCAL"] > 0
                     print(
-                        fmt.format(shape, pattern, path, str(prefetch), kname, r["REG"],
-                                   r["LOCAL"], r["SHARED"], took)
+                        fmt.format(shape, pattern, path, kname, r["REG"], r["LOCAL"],
+                                   r["SHARED"], took)
                     )  # fmt: skip
-    blk_mod.PARTIAL_PREFETCH_Q = False
     print(f"{n_err} compile errors, {n_spill} kernels with local memory (spills)")
     return 1 if n_err else 0
 

@@ -75,7 +75,6 @@ KNOBS = [
     (nsa_blocks, "PARTIAL_WARPS"),
     (nsa_blocks, "PARTIAL_WAVES"),
     (nsa_blocks, "COMBINE_WARPS"),
-    (nsa_blocks, "PARTIAL_PREFETCH_Q"),
 ]
 OUT_LINES = []
 
@@ -101,14 +100,9 @@ def knobs(**values):
 
 
 def type_of(name, value):
-    """A knob's value from text: str for FORWARD_SCHEDULE, bool for PARTIAL_PREFETCH_Q
-    (True/False/1/0), int for the others."""
+    """A knob's value from text: str for FORWARD_SCHEDULE, int (or None) for the others."""
     if name == "FORWARD_SCHEDULE":
         return value
-    if name == "PARTIAL_PREFETCH_Q":
-        if value not in ("True", "False", "1", "0"):
-            raise ValueError(f"PARTIAL_PREFETCH_Q takes True or False, got {value!r}")
-        return value in ("True", "1")
     return int(value)
 
 

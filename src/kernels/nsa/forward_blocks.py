@@ -60,10 +60,6 @@ PARTIAL_WARPS = 8
 PARTIAL_WAVES = 8
 COMBINE_WARPS = 16
 PREFIX_BLOCK = 1024
-# Gather the next chunk's q rows while this chunk computes (the partial kernel's largest
-# read, about 1 GB for the seed-shape random forward at T=32768). Tested on the CPU, not
-# yet checked or timed on the GPU, so off by default.
-PARTIAL_PREFETCH_Q = False
 
 
 @triton.jit
@@ -176,11 +172,12 @@ def _partial_chunk(
 def _partial_kernel(
     Q, K, V, ROW_PTR, COL, BLK, PART_O, PART_L, T, NB, Hq, G, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
-    BLOCK_G: tl.constexpr, PREC: tl.constexpr, PREFETCH_Q: tl.constexpr,
+    BLOCK_G: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
     """Chunks pid, pid + num_programs, ... of the lists of one (b, kv head). The next
-    chunk's list entries (and with PREFETCH_Q its gathered q rows, the chunk's largest
-    read) are loaded before this chunk computes, so that their latency overlaps it."""
+    chunk's list entries are loaded before this chunk computes, so that their latency
+    overlaps it. (Loading the next chunk's gathered q rows ahead as well was measured no
+    faster: docs/perf/nsa.md, v5.)"""
     pid = tl.program_id(0)
     i_bh = tl.program_id(1)
     n_prog = tl.num_programs(0)
@@ -192,25 +189,18 @@ def _partial_kernel(
     n_chunks = tl.cdiv(total, CHUNK)
     c = pid
     i_slot, b_blk, ok = _chunk_entries(COL, BLK, o_list, c, total, NB, G, CHUNK, BLOCK_G)
-    if PREFETCH_Q:
-        b_q = _chunk_q(Q, i_slot, ok, o_head, T, S, D, CHUNK, BLOCK_G)
     while c < n_chunks:
         c_next = c + n_prog
         n_slot, n_blk, n_ok = _chunk_entries(
             COL, BLK, o_list, c_next, total, NB, G, CHUNK, BLOCK_G
         )  # fmt: skip
-        if PREFETCH_Q:
-            n_q = _chunk_q(Q, n_slot, n_ok, o_head, T, S, D, CHUNK, BLOCK_G)
-        else:
-            b_q = _chunk_q(Q, i_slot, ok, o_head, T, S, D, CHUNK, BLOCK_G)
+        b_q = _chunk_q(Q, i_slot, ok, o_head, T, S, D, CHUNK, BLOCK_G)
         _partial_chunk(
             K, V, PART_O, PART_L, b_q, i_slot, b_blk, ok, o_list, p_kv, T, NB, G,
             qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC,
         )  # fmt: skip
         c = c_next
         i_slot, b_blk, ok = n_slot, n_blk, n_ok
-        if PREFETCH_Q:
-            b_q = n_q
 
 
 @triton.jit
@@ -320,7 +310,7 @@ def block_major_forward(
     _partial_kernel[(n_chunks, BH)](
         q, k, v, row_ptr, col, blk, part_o, part_l, dims.T, dims.NB, dims.Hq, dims.G, qk_scale,
         S=dims.S, D=dims.D, BS=dims.block_size, CHUNK=chunk, BLOCK_G=block_g, PREC=prec,
-        PREFETCH_Q=bool(PARTIAL_PREFETCH_Q), num_warps=PARTIAL_WARPS,
+        num_warps=PARTIAL_WARPS,
     )  # fmt: skip
     _combine_kernel[(counts.shape[1], BH)](
         block_idx, counts, part_o, part_l, o, lse, dims.T, dims.NB, dims.Hq, dims.G,
