@@ -86,9 +86,9 @@ def _l2norm(b_x, eps):
 
 
 @triton.jit
-def _tile_offsets(o_v, s_v, K: tl.constexpr, KC: tl.constexpr):
-    """Offsets of the state rows o_v (row stride s_v, K contiguous fp32 each) in the shape
-    of a state tile: [len(o_v), K] when KC == K, else [len(o_v), K // KC, KC].
+def _tile_ptrs(p, o_v, s_v, K: tl.constexpr, KC: tl.constexpr):
+    """Pointers to the state rows o_v of p (row stride s_v, K contiguous fp32 each) in the
+    shape of a state tile: [len(o_v), K] when KC == K, else [len(o_v), K // KC, KC].
 
     Why the second shape: Triton lays a load out for coalescing, 4 consecutive floats per
     lane along the contiguous axis. On a [rows, 128] tile that spreads a row over all 32
@@ -99,16 +99,16 @@ def _tile_offsets(o_v, s_v, K: tl.constexpr, KC: tl.constexpr):
     (2 for KC = 16). The loads stay coalesced in 16-byte pieces.
     """
     if KC == K:
-        return o_v[:, None] * s_v + tl.arange(0, K)[None, :]
+        return p + o_v[:, None] * s_v + tl.arange(0, K)[None, :]
     else:
         o_c = tl.arange(0, K // KC)
         o_e = tl.arange(0, KC)
-        return o_v[:, None, None] * s_v + (o_c[:, None] * KC + o_e[None, :])[None, :, :]
+        return p + o_v[:, None, None] * s_v + (o_c[:, None] * KC + o_e[None, :])[None, :, :]
 
 
 @triton.jit
 def _tile_rows(m_v, K: tl.constexpr, KC: tl.constexpr):
-    """A per-row mask [rows] broadcast against a state tile of `_tile_offsets`' shape."""
+    """A per-row mask [rows] broadcast against a state tile of `_tile_ptrs`' shape."""
     if KC == K:
         return m_v[:, None]
     else:
@@ -127,7 +127,7 @@ def _key_vec(b_x, K: tl.constexpr, KC: tl.constexpr):
 @triton.jit
 def _key_sum(b_X, K: tl.constexpr, KC: tl.constexpr):
     """Row sums over the key axis of a state-shaped tile: [rows] (chunk axis first: it
-    sits in registers, see `_tile_offsets`)."""
+    sits in registers, see `_tile_ptrs`)."""
     if KC == K:
         return tl.sum(b_X, axis=1)
     else:
@@ -135,15 +135,17 @@ def _key_sum(b_X, K: tl.constexpr, KC: tl.constexpr):
 
 
 @triton.jit
-def _delta_step(b_S, b_q, b_k, b_v, b_eg, b_beta, K: tl.constexpr, KC: tl.constexpr):
+def _delta_step(b_S, b_q, b_k, b_v, b_g, b_beta, K: tl.constexpr, KC: tl.constexpr):
     """One gated delta-rule step on a state tile (rows = value channels); returns (S, o).
 
     S <- S * exp(g) (key channel i decays by exp(g_i)); u = beta * (v - S k);
-    S <- S + u k^T; o = S q.  q and k [K] are already normalized (q also scaled); b_eg =
-    exp(g) [K].
+    S <- S + u k^T; o = S q.  q, k and g are [K] vectors; q and k are already normalized
+    (q also scaled). exp(g) is taken here, where the step uses it: taken once per program
+    before the steps instead, the same instructions were scheduled differently and the
+    fused kernel measured 4% slower at B=1 (docs/perf/kda.md, v6).
     """
     b_k = _key_vec(b_k, K, KC)
-    b_S = b_S * _key_vec(b_eg, K, KC)
+    b_S = b_S * _key_vec(tl.exp(b_g), K, KC)
     b_u = b_beta * (b_v - _key_sum(b_S * b_k, K, KC))
     b_S = b_S + _tile_rows(b_u, K, KC) * b_k
     b_o = _key_sum(b_S * _key_vec(b_q, K, KC), K, KC)
@@ -190,7 +192,7 @@ def _verify_steps(
     b_qs,
     b_ks,
     b_v,
-    b_eg,
+    b_g,
     b_beta,
     valid,
     p_o,
@@ -208,10 +210,10 @@ def _verify_steps(
     SNAP_CM: tl.constexpr,
     RING: tl.constexpr,
 ):
-    """The T steps of one state sub-tile (SUB_V rows, in `_tile_offsets`' shape); returns
+    """The T steps of one state sub-tile (SUB_V rows, in `_tile_ptrs`' shape); returns
     the state after the last step.
 
-    b_qs, b_ks, b_eg, b_beta: tuples from `_prepare_steps`; b_v: tuple of the T rows of this
+    b_qs, b_ks, b_g, b_beta: tuples from `_step_inputs`; b_v: tuple of the T rows of this
     sub-tile's value channels (input dtype). Per step: the delta step, o (zeros where not
     `valid`), then the saves: the state sub-tile (SNAPSHOT) or its slice of rawv (RING;
     the shared ring entries are `_store_ring_shared`'s). Nothing but o is written unless
@@ -220,31 +222,15 @@ def _verify_steps(
     m_v = valid & (o_v >= 0)
     for t in tl.static_range(T):
         b_S, b_o = _delta_step(
-            b_S, b_qs[t], b_ks[t], b_v[t].to(tl.float32), b_eg[t], b_beta[t], K, KC
+            b_S, b_qs[t], b_ks[t], b_v[t].to(tl.float32), b_g[t], b_beta[t], K, KC
         )
         tl.store(p_o + t * s_o_n, tl.where(valid, b_o, 0.0).to(p_o.dtype.element_ty))
         if SNAPSHOT:
-            p = p_snap + t * s_snap_t + _tile_offsets(o_v, s_snap_v, K, KC)
+            p = _tile_ptrs(p_snap + t * s_snap_t, o_v, s_snap_v, K, KC)
             tl.store(p, b_S, mask=_tile_rows(m_v, K, KC), cache_modifier=SNAP_CM)
         if RING:
             tl.store(p_rawv + t * s_rawv_r + o_v, b_v[t].to(p_rawv.dtype.element_ty), mask=m_v)
     return b_S
-
-
-@triton.jit
-def _prepare_steps(b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T: tl.constexpr,
-                   SAFE_GATE: tl.constexpr):  # fmt: skip
-    """`_step_inputs` plus exp(g): (g [K] and beta for the ring, then exp(g), q^, k^ for
-    the steps), once per program. They stay [K] vectors (a few registers per lane); each
-    step puts the ones it needs in the tile's key shape (`_key_vec`), which would take far
-    more registers if all T steps' were kept."""
-    b_g, b_beta, b_qn, b_kn = _step_inputs(
-        b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
-    )
-    b_eg = ()
-    for t in tl.static_range(T):
-        b_eg = b_eg + (tl.exp(b_g[t]),)
-    return b_g, b_beta, b_eg, b_qn, b_kn
 
 
 # ---------------------------------------------------------------------------------------
@@ -389,7 +375,7 @@ def _check_pow2_knob(name, value):
         raise ValueError(f"{name} must be None or a power of two, got {value!r}")
 
 
-# Width of the key chunks of a state tile (see `_tile_offsets`), by mode and batch: rows
+# Width of the key chunks of a state tile (see `_tile_ptrs`), by mode and batch: rows
 # (largest batch, KC), first match wins; None keeps the plain [rows, K] tile. The math and
 # the order of every fp32 operation but the row sums' are the same either way; the ring
 # bytes never depend on it (the ring holds no state). Measured (docs/perf/kda.md, v6, cold

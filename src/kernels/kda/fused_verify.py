@@ -24,10 +24,10 @@ from .common import (
     FLOAT_DTYPES,
     _conv_out,
     _load_rows,
-    _prepare_steps,
+    _step_inputs,
     _store_ring_shared,
     _store_windows,
-    _tile_offsets,
+    _tile_ptrs,
     _tile_rows,
     _verify_steps,
     check_devices,
@@ -62,7 +62,7 @@ def _load_v_rows(p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_
                  KC: tl.constexpr, HAS_BIAS: tl.constexpr):  # fmt: skip
     """Loads of one group of value rows o_sv (channels c_v): the conv sequence (saved conv
     inputs, then the T new inputs), conv weights and bias, and the fp32 state rows (in the
-    tile shape of `_tile_offsets`)."""
+    tile shape of `_tile_ptrs`)."""
     m_sv = valid & (o_sv >= 0)
     b_xv = _load_rows(p_x + c_v, s_m_n, T, None)
     b_wv = _load_rows(conv_w + c_v * s_cw_c, s_cw_w, W, None)
@@ -71,14 +71,12 @@ def _load_v_rows(p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_
     else:
         b_bv = tl.zeros(o_sv.shape, dtype=tl.float32)
     b_xv = _load_rows(p_cs + c_v * s_cs_c, s_cs_w, W - 1, m_sv) + b_xv
-    b_S = tl.load(
-        p_h0 + _tile_offsets(o_sv, s_h0_v, K, KC), mask=_tile_rows(m_sv, K, KC), other=0.0
-    )
+    b_S = tl.load(_tile_ptrs(p_h0, o_sv, s_h0_v, K, KC), mask=_tile_rows(m_sv, K, KC), other=0.0)
     return b_xv, b_wv, b_bv, b_S
 
 
 @triton.jit
-def _value_steps(b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_eg, b_beta, valid, p_win, s_win_c,
+def _value_steps(b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_g, b_beta, valid, p_win, s_win_c,
                  s_win_t, s_win_w, c_v, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
                  o_sv, T: tl.constexpr, W: tl.constexpr, K: tl.constexpr, KC: tl.constexpr,
                  SNAPSHOT: tl.constexpr, SNAP_CM: tl.constexpr,
@@ -91,7 +89,7 @@ def _value_steps(b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_eg, b_beta, valid, p_win, 
     m_sv = valid & (o_sv >= 0)
     _store_windows(p_win + c_v * s_win_c, s_win_t, s_win_w, b_xv, T, W, m_sv)
     _verify_steps(
-        b_S, b_qs, b_ks, b_v, b_eg, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
+        b_S, b_qs, b_ks, b_v, b_g, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
         s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, SNAP_CM, RING,
     )  # fmt: skip
 
@@ -240,11 +238,11 @@ def _fused_verify_kernel(
             p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0, s_h0_v,
             c_v0 + o_sv, o_sv, valid, T, W, K, KC, HAS_BIAS,
         )  # fmt: skip
-        b_g, b_beta, b_eg, b_qs, b_ks = _prepare_steps(
+        b_g, b_beta, b_qs, b_ks = _step_inputs(
             b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
         )
         _value_steps(
-            b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_eg, b_beta, valid, p_win, s_win_c, s_win_t,
+            b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_g, b_beta, valid, p_win, s_win_c, s_win_t,
             s_win_w, c_v0 + o_sv, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
             o_sv, T, W, K, KC, SNAPSHOT, SNAP_CM, RING,
         )  # fmt: skip
@@ -258,7 +256,7 @@ def _fused_verify_kernel(
     else:
         _store_windows(p_win + c_q * s_win_c, s_win_t, s_win_w, b_xq, T, W, m_k & own_k)
         _store_windows(p_win + c_k * s_win_c, s_win_t, s_win_w, b_xk, T, W, m_k & own_k)
-        b_g, b_beta, b_eg, b_qs, b_ks = _prepare_steps(
+        b_g, b_beta, b_qs, b_ks = _step_inputs(
             b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
         )
         if RING:
@@ -273,7 +271,7 @@ def _fused_verify_kernel(
                 c_v0 + o_sv, o_sv, valid, T, W, K, KC, HAS_BIAS,
             )  # fmt: skip
             _value_steps(
-                b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_eg, b_beta, valid, p_win, s_win_c, s_win_t,
+                b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_g, b_beta, valid, p_win, s_win_c, s_win_t,
                 s_win_w, c_v0 + o_sv, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
                 o_sv, T, W, K, KC, SNAPSHOT, SNAP_CM, RING,
             )  # fmt: skip

@@ -17,9 +17,9 @@ import triton.language as tl
 from .common import (
     FLOAT_DTYPES,
     _load_rows,
-    _prepare_steps,
+    _step_inputs,
     _store_ring_shared,
-    _tile_offsets,
+    _tile_ptrs,
     _tile_rows,
     _verify_steps,
     check_devices,
@@ -139,31 +139,31 @@ def _recurrent_verify_kernel(
     p_rawv = rawv + i_slot * s_rawv_s + i_hv * s_rawv_h
     if SUB_V == BLOCK_V:
         o_sv = i_v * BLOCK_V + tl.arange(0, SUB_V)
-        p_S = p_h0 + _tile_offsets(o_sv, s_h0_v, K, KC)
+        p_S = _tile_ptrs(p_h0, o_sv, s_h0_v, K, KC)
         m_S = _tile_rows(valid & (o_sv >= 0), K, KC)
         b_v = _load_rows(p_v + o_sv, s_v_n, T, None)
         b_S = tl.load(p_S, mask=m_S, other=0.0)
-        b_g, b_beta, b_eg, b_qs, b_ks = _prepare_steps(
+        b_g, b_beta, b_qs, b_ks = _step_inputs(
             b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
         )
         b_S = _verify_steps(
-            b_S, b_qs, b_ks, b_v, b_eg, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
+            b_S, b_qs, b_ks, b_v, b_g, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
             s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, SNAP_CM, RING,
         )  # fmt: skip
         if STORE_FINAL:
             tl.store(p_S, b_S, mask=m_S)
     else:
-        b_g, b_beta, b_eg, b_qs, b_ks = _prepare_steps(
+        b_g, b_beta, b_qs, b_ks = _step_inputs(
             b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
         )
         for i_s in tl.range(0, BLOCK_V // SUB_V, num_stages=STAGES):
             o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
-            p_S = p_h0 + _tile_offsets(o_sv, s_h0_v, K, KC)
+            p_S = _tile_ptrs(p_h0, o_sv, s_h0_v, K, KC)
             m_S = _tile_rows(valid & (o_sv >= 0), K, KC)
             b_v = _load_rows(p_v + o_sv, s_v_n, T, None)
             b_S = tl.load(p_S, mask=m_S, other=0.0)
             b_S = _verify_steps(
-                b_S, b_qs, b_ks, b_v, b_eg, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
+                b_S, b_qs, b_ks, b_v, b_g, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
                 s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, SNAP_CM, RING,
             )  # fmt: skip
             if STORE_FINAL:
