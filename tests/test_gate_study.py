@@ -101,7 +101,9 @@ def test_patched_nsa_forward_writes_the_same_bytes(tmp_path, device):
     assert not torch.equal(lse3, lse_ref) and not torch.equal(lse3, lse0)
 
 
-def test_patched_kda_fused_verify_writes_the_same_bytes(tmp_path):
+@pytest.mark.parametrize("kernel", ["kda", "kda_ahead"])
+def test_patched_kda_fused_verify_writes_the_same_bytes(kernel, tmp_path):
+    """Both KDA slow-down patches (after the stores, ahead of the state accesses)."""
     import kernels.kda as kkda
     from benchmarks import kda as bkda
 
@@ -115,11 +117,11 @@ def test_patched_kda_fused_verify_writes_the_same_bytes(tmp_path):
         return o, x
 
     o_ref, x_ref = run(kkda.fused_kda_conv_gating_verify)
-    o, x = run(load("kda", 3, tmp_path).fused_kda_conv_gating_verify)
+    o, x = run(load(kernel, 3, tmp_path).fused_kda_conv_gating_verify)
     assert torch.equal(o, o_ref)
     for name, t in x_ref.items():  # ring, windows and states: every buffer, bit for bit
         assert torch.equal(x[name], t), name
-    o_forced, _ = run(load("kda", 3, tmp_path, forced=True).fused_kda_conv_gating_verify)
+    o_forced, _ = run(load(kernel, 3, tmp_path, forced=True).fused_kda_conv_gating_verify)
     assert not torch.equal(o_forced, o_ref)
 
 

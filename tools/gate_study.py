@@ -25,10 +25,13 @@ GPU host and docs/measurement.md ("Not yet shown") says what each result answers
     summary DIR [DIR ...]    summary.md from everything in the study directories (their
                              records concatenated); --factors adds a post-hoc factor sweep
 
-KERNEL is `nsa` (the NSA selection forward, benchmark class nsa.NsaForward) or `kda` (the
-fused KDA verify, kda.KdaVerify). The slow-down patch adds, inside the Triton kernel, EXTRA
-dependent fp32 multiply-adds per program after its own stores; their result is stored only
-when a new runtime float argument is positive, and the wrapper always passes 0.0. Triton
+KERNEL is `nsa` (the NSA selection forward, benchmark class nsa.NsaForward), `kda` (the
+fused KDA verify, kda.KdaVerify) or `kda_ahead` (the same kernel, slowed differently, see
+below). The slow-down patch adds, inside the Triton kernel, EXTRA dependent fp32
+multiply-adds per program after its own stores; their result is stored only when a new
+runtime float argument is positive, and the wrapper always passes 0.0 (`kda_ahead`: the
+chain runs first and every state access waits for a test of its result that holds while
+that argument is 0.0). Triton
 never specializes float arguments, so the compiler cannot drop the work, and nothing the
 kernel writes changes (calibrate checks this bit for bit).
 """
@@ -132,6 +135,24 @@ KDA_HUNKS = (
     Hunk("RING=bool(cache_ring),", "EXTRA={extra},"),
 )
 
+# The same kernel slowed at the other end: the chain runs first, on the program's critical
+# path (every state load and store is masked by `valid`, which now waits for the chain's
+# result), instead of after the stores, where the compiler may interleave it with the
+# kernel's own work and change its schedule (docs/measurement.md: the after-stores patch
+# made some points faster). Each program is delayed by about EXTRA dependent FMA latencies.
+# The test (b_x < 1e30) != (gate_never > 0) is true as long as the wrapper passes 0.0.
+KDA_AHEAD_HUNKS = (
+    Hunk("lower_bound,", "gate_never,"),
+    Hunk("RING: tl.constexpr,", "EXTRA: tl.constexpr,"),
+    Hunk(
+        "valid = (i_slot >= 0) & (i_cline >= 0) & (i_line >= 0)",
+        "# gate-study extra work: EXTRA dependent steps ahead of every state access.\n"
+        "b_x = scale * 1.0\n" + _CHAIN + "valid = valid & ((b_x < 1.0e30) != (gate_never > 0.0))\n",
+    ),
+    Hunk("0.0 if lower_bound is None else float(lower_bound),", "0.0,  # gate_never"),
+    Hunk("RING=bool(cache_ring),", "EXTRA={extra},"),
+)
+
 
 @dataclass(frozen=True)
 class Kernel:
@@ -178,6 +199,18 @@ KERNELS = {
         reference=(64, "fused+ring", "safe", "H8-HV8"),
         ladder=(4, 8, 16, 32, 64, 128, 256, 512, 1024),
         hunks=KDA_HUNKS,
+    ),
+    "kda_ahead": Kernel(
+        name="kda_ahead",
+        path="src/kernels/kda/fused_verify.py",
+        module="kernels.kda.fused_verify",
+        api_attr="fused_kda_conv_gating_verify",
+        bench="kda.KdaVerify",
+        methods=("track_time", "track_time_cold"),
+        uses="fused",
+        reference=(64, "fused+ring", "safe", "H8-HV8"),
+        ladder=(4, 8, 16, 32, 64, 128, 256, 512, 1024),
+        hunks=KDA_AHEAD_HUNKS,
     ),
 }
 SMOKE_LADDER = (2, 4)
