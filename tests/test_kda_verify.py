@@ -356,18 +356,16 @@ def test_tile_table_and_knobs(monkeypatch):
             common.pick_tile("fused", knobs, 1, 128, 128)
 
 
-def test_state_first_rejects_non_bool(device, monkeypatch):
+@pytest.mark.parametrize(
+    "knob,value",
+    [("KDA_VERIFY_STATE_FIRST", 1), ("KDA_VERIFY_BLOCK_V", 3)],
+    ids=["state-first-not-bool", "block-v-not-pow2"],
+)
+def test_fused_knob_rejects_bad_value(knob, value, device, monkeypatch):
+    """A bad fused-kernel knob is refused, naming it, before anything is written."""
     inp = make_inputs(1, 2, 1, 1, 16, 16, torch.float32, device)
-    monkeypatch.setattr(fused_mod, "KDA_VERIFY_STATE_FIRST", 1)
-    with pytest.raises(ValueError, match="KDA_VERIFY_STATE_FIRST"):
-        make_runner("fused", inp, 1, 2, 1, 1, 16, 16)()
-    assert bool(inp["win_pool"].isnan().all())
-
-
-def test_block_v_rejects_non_power_of_two(device, monkeypatch):
-    inp = make_inputs(1, 2, 1, 1, 16, 16, torch.float32, device)
-    monkeypatch.setattr(fused_mod, "KDA_VERIFY_BLOCK_V", 3)
-    with pytest.raises(ValueError, match="KDA_VERIFY_BLOCK_V"):
+    monkeypatch.setattr(fused_mod, knob, value)
+    with pytest.raises(ValueError, match=knob):
         make_runner("fused", inp, 1, 2, 1, 1, 16, 16)()
     assert bool(inp["win_pool"].isnan().all())
 
