@@ -151,9 +151,11 @@ def test_special_indices_int64_and_scale(schedule):
     assert torch.isinf(lse[0, :2, [3, 20, T - 1]]).all()
 
 
-def test_block_lists_are_the_inverse_of_block_idx():
+@pytest.mark.parametrize("chunk", [1, 3, 8])
+def test_block_lists_are_the_inverse_of_block_idx(chunk):
     """For each (b, kv head, block): exactly the kept slots of block-handled tiles, as flat
-    slot indices t * S + s, with their block; the histogram is consumed to zero."""
+    slot indices t * S + s, with their block, then -1 up to a multiple of `chunk` places;
+    the histogram is consumed to zero."""
     T, bs, S, block_t = 45, 8, 3, 4
     idx = odd_block_idx(2, 2, T, bs, S, seed=34).long()
     idx[1, 0, 30] = torch.tensor([2**32 + 1, 1, -1])
@@ -164,8 +166,10 @@ def test_block_lists_are_the_inverse_of_block_idx():
     assert handled.any() and (~handled).any()
     hist = torch.zeros(4, NB, dtype=torch.int32)
     assert torch.equal(forward.tile_block_lists(idx, bs, block_t, hist, thr)[1], counts)
-    row_ptr, col, blk = forward_blocks.block_lists(idx, counts, hist, thr, bs, block_t)
+    row_ptr, col, blk = forward_blocks.block_lists(idx, counts, hist, thr, bs, block_t, chunk)
     assert not hist.any()
+    assert row_ptr.shape == (4, NB + 1) and col.shape == blk.shape == (4, T * S + NB * chunk)
+    assert (row_ptr[:, 0] == 0).all() and (row_ptr % chunk == 0).all()
     want = {}
     flat = idx.view(4, T, S)
     for bh, t, s in torch.nonzero(flat >= 0).tolist():
@@ -175,8 +179,10 @@ def test_block_lists_are_the_inverse_of_block_idx():
     for bh in range(4):
         for j in range(NB):
             lo, hi = row_ptr[bh, j].item(), row_ptr[bh, j + 1].item()
-            assert sorted(col[bh, lo:hi].tolist()) == want.get((bh, j), [])
-            assert (blk[bh, lo:hi] == j).all()
+            n = len(want.get((bh, j), []))
+            assert hi - lo == -(-n // chunk) * chunk
+            assert sorted(col[bh, lo : lo + n].tolist()) == want.get((bh, j), [])
+            assert (blk[bh, lo : lo + n] == j).all() and (col[bh, lo + n : hi] == -1).all()
 
 
 def test_block_path_is_deterministic(schedule, monkeypatch):
@@ -196,11 +202,13 @@ def test_block_path_is_deterministic(schedule, monkeypatch):
     gen = torch.Generator().manual_seed(0)
 
     def shuffled(*args):
+        """Each block's places permuted, padding included: a chunk may start with it."""
         row_ptr, col, blk = real(*args)
         for bh in range(row_ptr.shape[0]):
             for j in range(row_ptr.shape[1] - 1):
                 lo, hi = row_ptr[bh, j].item(), row_ptr[bh, j + 1].item()
-                col[bh, lo:hi] = col[bh, lo:hi][torch.randperm(hi - lo, generator=gen)]
+                perm = lo + torch.randperm(hi - lo, generator=gen)
+                col[bh, lo:hi], blk[bh, lo:hi] = col[bh, perm], blk[bh, perm]
         return row_ptr, col, blk
 
     monkeypatch.setattr(forward_blocks, "block_lists", shuffled)
@@ -210,9 +218,9 @@ def test_block_path_is_deterministic(schedule, monkeypatch):
 
 @pytest.mark.parametrize("rows,waves", [(16, None), (256, 1), (16, 1), (64, 2)])
 def test_partial_chunk_sizes(rows, waves, schedule, monkeypatch):
-    """Chunks of 4 entries (many chunks spanning two blocks, one program per chunk) and of
-    64 entries (chunks spanning several blocks, one persistent program per head), and
-    persistent programs walking many chunks each."""
+    """fp32 chunks of 2 entries (one program per chunk), of 32 entries (most of a block's
+    places padding, one persistent program per head) and of 8, with persistent programs
+    walking many chunks each."""
     schedule("blocks")
     monkeypatch.setattr(forward_blocks, "CHUNK_ROWS", rows)
     monkeypatch.setattr(forward_blocks, "PARTIAL_WAVES", waves)

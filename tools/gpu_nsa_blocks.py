@@ -14,8 +14,9 @@ Usage (on a CUDA machine, from the repository root):
    samples, per call) of schedules tile / blocks / auto: seed shape at T 8192 and 32768 and
    paper shape at T 65536, both patterns; auto/tile ratios and the T 8192 -> 32768 ratios.
 3. Sweep at seed, T = 32768, random: forward_blocks.CHUNK_ROWS {64, 128, 256} (= 16, 32, 64
-   tokens at G = 4) x PARTIAL_WARPS {4, 8}, then at the best of those BLOCK_PATH_RATIO and
-   PARTIAL_WAVES and COMBINE_WARPS; every config's o is compared with the default's.
+   tokens at G = 4) x PARTIAL_WARPS {4, 8} x PARTIAL_STAGES {1, 2, 3, 4}, then at the best
+   of those BLOCK_PATH_RATIO and PARTIAL_WAVES and COMBINE_WARPS; every config's o is
+   compared with the default's.
 4. Peak VRAM (max_memory_allocated over one auto call, inputs resident) at seed T = 32768,
    both patterns; a per-kernel device-time profile of the auto call there (torch.profiler).
 --sections picks which of 1-4 run (default all); --set KNOB=VALUE changes a knob for the
@@ -57,7 +58,7 @@ if SMOKE:
     SEED, PAPER = (4, 1), (8, 1)  # (Hq, Hkv)
     CHECK_T, TIME_T, PAPER_T = (40, 70), (48, 96), 64
     SWEEP_ROWS, SWEEP_WARPS, SWEEP_RATIOS, SWEEP_WAVES = (64,), (4,), (2,), (None,)
-    SWEEP_COMBINE = (4,)
+    SWEEP_COMBINE, SWEEP_STAGES = (4,), (1,)
 else:
     DEV, DTYPE, BS, S, D = "cuda", torch.bfloat16, 64, 16, 64
     SEED, PAPER = (16, 4), (64, 4)
@@ -65,7 +66,7 @@ else:
     SWEEP_ROWS, SWEEP_WARPS, SWEEP_RATIOS, SWEEP_WAVES = (64, 128, 256), (4, 8), (1, 2, 4, 8), (
         None, 2, 8, 16,
     )  # fmt: skip
-    SWEEP_COMBINE = (4, 16)
+    SWEEP_COMBINE, SWEEP_STAGES = (4, 16), (1, 2, 3, 4)
 SCHEDULES = ("tile", "blocks", "auto")
 TOL_O, TOL_LSE = 2e-2, 5e-2
 KNOBS = [
@@ -74,6 +75,7 @@ KNOBS = [
     (nsa_blocks, "CHUNK_ROWS"),
     (nsa_blocks, "PARTIAL_WARPS"),
     (nsa_blocks, "PARTIAL_WAVES"),
+    (nsa_blocks, "PARTIAL_STAGES"),
     (nsa_blocks, "COMBINE_WARPS"),
 ]
 OUT_LINES = []
@@ -295,10 +297,13 @@ def sweep(deadline):
             f"{fmt(row.get('rel_diff_vs_default'), '.1e')} {row.get('error', '')}")  # fmt: skip
         return row
 
-    for rows_, warps in [(r, w) for r in SWEEP_ROWS for w in SWEEP_WARPS]:
-        one(CHUNK_ROWS=rows_, PARTIAL_WARPS=warps)
+    for rows_, warps, stages in [
+        (r, w, st) for r in SWEEP_ROWS for w in SWEEP_WARPS for st in SWEEP_STAGES
+    ]:
+        one(CHUNK_ROWS=rows_, PARTIAL_WARPS=warps, PARTIAL_STAGES=stages)
     best = best_of(rows) or dict(config=dict(CHUNK_ROWS=nsa_blocks.CHUNK_ROWS,
-                                             PARTIAL_WARPS=nsa_blocks.PARTIAL_WARPS))  # fmt: skip
+                                             PARTIAL_WARPS=nsa_blocks.PARTIAL_WARPS,
+                                             PARTIAL_STAGES=nsa_blocks.PARTIAL_STAGES))  # fmt: skip
     for ratio in SWEEP_RATIOS:
         one(**best["config"], BLOCK_PATH_RATIO=ratio)
     for waves in SWEEP_WAVES:

@@ -8,23 +8,27 @@ CUDA graph):
 
 1. Count (in forward.py's tile-list kernel): HIST[bh, j] = kept slots of block-handled tiles
    that chose block j, one int32 atomic per distinct block of a tile.
-2. `_prefix_kernel`: ROW_PTR[bh] = exclusive prefix sum of HIST[bh] (NB + 1 entries), one
-   program per (b, kv head) looping over the blocks.
+2. `_prefix_kernel`: ROW_PTR[bh] = exclusive prefix sum of HIST[bh] rounded up to whole
+   chunks of CHUNK entries (NB + 1 entries, one program per (b, kv head) looping over the
+   blocks), so that every block's list starts a chunk; the places between a list's end and
+   the next chunk boundary get COL = -1 (padding).
 3. `_fill_kernel` (a counting sort, no torch.sort): per block-handled tile, its kept slots
-   are sorted by (block, slot) in registers; each run of one block claims its places in the
-   block's list with one atomic that counts HIST[bh, j] down, and writes there the flat slot
-   index t * S + s (COL) and the block (BLK). The order of tiles inside a block's list
-   depends on the atomics' order: it is nondeterministic.
-4. `_partial_kernel`: the lists of one (b, kv head) are cut into fixed chunks of CHUNK
-   entries (CHUNK * BLOCK_G query rows: the G heads of each entry's token). A chunk covers
-   one block, or a few consecutive ones at a list boundary: for each, K_j and V_j are loaded
-   once, the chunk's gathered q rows are multiplied by them (rows of other blocks masked),
-   and each row gets the softmax of its own block alone: o_part = (p @ v) / l and
-   lse_part = m + log2(l) (base 2), stored at PART_O[bh, t, s, g, :] / PART_L[bh, t, s, g].
-   Every kept block has a visible key (j * bs <= t), so lse_part is finite. Programs are
-   persistent (PARTIAL_WAVES) and prefetch their next chunk's list entries; a block chosen
-   by every token (block 0 of the 'random' pattern) simply fills many chunks, so the load
-   is balanced by construction.
+   are sorted by (block, slot) in registers; each run of one block claims its places at the
+   head of the block's list with one atomic that counts HIST[bh, j] down, and writes there
+   the flat slot index t * S + s (COL) and the block (BLK). The order of tiles inside a
+   block's list depends on the atomics' order: it is nondeterministic.
+4. `_partial_kernel`: the lists of one (b, kv head) are cut into chunks of CHUNK entries
+   (CHUNK * BLOCK_G query rows: the G heads of each entry's token). A chunk lies inside one
+   block's list, so its block's K_j and V_j are loaded once, multiplied with the chunk's
+   gathered q rows, and each real row gets the softmax of that block alone: o_part =
+   (p @ v) / l and lse_part = m + log2(l) (base 2), stored at PART_O[bh, t, s, g, :] /
+   PART_L[bh, t, s, g]. Every kept block has a visible key (j * bs <= t), so lse_part is
+   finite. Programs are persistent (PARTIAL_WAVES) and walk their chunks in a loop that
+   Triton software-pipelines (PARTIAL_STAGES): the loop body has no inner loop and no
+   branch, so the next chunks' list entries, gathered q rows and K/V blocks are copied to
+   shared memory while this chunk computes. A block chosen by every token (block 0 of the
+   'random' pattern) simply fills many chunks, so the load is balanced by construction;
+   the padding costs at most one partly empty chunk per block.
 5. `_combine_kernel`, per block-handled tile: for each row, the partials of its kept slots
    (kept is recomputed from block_idx, so unwritten partials are never read), in slot order:
    with M = max lse_s and w_s = exp2(lse_s - M), o = sum_s w_s o_part_s / sum_s w_s and
@@ -38,12 +42,14 @@ lse are bitwise reproducible although the lists' order is not.
 
 Memory: the partials take B * Hkv * T * S * G * D elements in q's dtype (bf16/fp16: each
 of the <= S partials is rounded like the output itself; fp32 stays fp32) plus
-B * Hkv * T * S * G fp32 lse values, O(T); the lists take 2 * B * Hkv * T * S int32.
+B * Hkv * T * S * G fp32 lse values, O(T); the lists take 2 * B * Hkv * (T * S + NB * CHUNK)
+int32.
 """
 
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
 
 from . import _checks
 from .forward import LN2, _kept, _sorted_runs, _tile_rows
@@ -51,36 +57,42 @@ from .forward import LN2, _kept, _sorted_runs, _tile_rows
 # Tuning knobs, read at call time: query rows (list entries x padded group) per chunk of the
 # partial kernel (16-bit inputs; fp32 takes half), its warps, and its persistent programs
 # per SM over all (b, kv head) (None: one program per chunk, a static bound on the chunk
-# count); warps of the combine; blocks per prefix-sum step. The partial kernel's loops are
-# `while` loops over data-dependent bounds, which Triton does not software-pipeline, so it
-# has no stages knob.
+# count) and its software-pipeline stages (1: no pipelining); warps of the combine; blocks
+# per prefix-sum step.
 # Defaults from tools/gpu_nsa_blocks.py's sweep on the H200 (docs/perf/nsa.md, v4).
 CHUNK_ROWS = 128
 PARTIAL_WARPS = 8
 PARTIAL_WAVES = 8
+PARTIAL_STAGES = 3
 COMBINE_WARPS = 16
 PREFIX_BLOCK = 1024
 
 
 @triton.jit
-def _prefix_kernel(HIST, ROW_PTR, NB, PB: tl.constexpr):
-    """ROW_PTR[bh, j] = sum of HIST[bh, :j] for j = 0 .. NB."""
+def _prefix_kernel(HIST, ROW_PTR, COL, NB, L, CHUNK: tl.constexpr, PB: tl.constexpr):
+    """ROW_PTR[bh, j] = CHUNK * sum of cdiv(HIST[bh, :j], CHUNK) for j = 0 .. NB, and
+    COL = -1 on the padding after each block's HIST[bh, j] places."""
     i_bh = tl.program_id(0)
     p_hist = HIST + i_bh.to(tl.int64) * NB
     p_row = ROW_PTR + i_bh.to(tl.int64) * (NB + 1)
+    p_col = COL + i_bh.to(tl.int64) * L
     carry = tl.full([], 0, tl.int32)
     i0 = 0
     while i0 <= NB:  # a `while`: the interpreter cannot take `range` over an argument
         i_j = i0 + tl.arange(0, PB)
         b_c = tl.load(p_hist + i_j, mask=i_j < NB, other=0)
-        tl.store(p_row + i_j, carry + tl.cumsum(b_c, 0) - b_c, mask=i_j <= NB)
-        carry += tl.sum(b_c, 0)
+        b_len = tl.cdiv(b_c, CHUNK) * CHUNK  # the block's places, padding included
+        b_start = carry + tl.cumsum(b_len, 0) - b_len
+        tl.store(p_row + i_j, b_start, mask=i_j <= NB)
+        for i_p in tl.static_range(CHUNK - 1):
+            tl.store(p_col + b_start + b_c + i_p, -1, mask=(i_j < NB) & (b_c + i_p < b_len))
+        carry += tl.sum(b_len, 0)
         i0 += PB
 
 
 @triton.jit
 def _fill_kernel(
-    IDX, COUNT, HIST, ROW_PTR, COL, BLK, T, NB, MIN_BLOCKS,
+    IDX, COUNT, HIST, ROW_PTR, COL, BLK, T, NB, L, MIN_BLOCKS,
     S: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, L_PAD: tl.constexpr,
 ):  # fmt: skip
     """Place the kept slots of one block-handled tile in their blocks' lists (step 3)."""
@@ -90,9 +102,8 @@ def _fill_kernel(
         i_e = tl.arange(0, L_PAD)
         i_t = pid_t * BLOCK_T + i_e // S
         ok = (i_e < BLOCK_T * S) & (i_t < T)
-        o_list = i_bh.to(tl.int64) * T * S
         e0 = pid_t * BLOCK_T * S  # flat slot index of the tile's first slot
-        b_j = tl.load(IDX + o_list + e0 + i_e, mask=ok, other=-1)
+        b_j = tl.load(IDX + i_bh.to(tl.int64) * T * S + e0 + i_e, mask=ok, other=-1)
         b_j = tl.where(ok & _kept(b_j, i_t, T, NB, BS), b_j, NB).to(tl.int32)
         # Sort by (block, slot); dropped slots (block NB) sort last.
         b_key = tl.sort(b_j.to(tl.int64) * L_PAD + i_e)
@@ -106,101 +117,81 @@ def _fill_kernel(
         b_top = tl.atomic_add(p_hist, start - i_e - 1, mask=last & valid, sem="relaxed")
         b_top = tl.gather(b_top, end, 0)
         b_ptr = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NB + 1) + b_j, mask=valid, other=0)
-        pos = o_list + b_ptr + b_top - (end - i_e) - 1
+        pos = i_bh.to(tl.int64) * L + b_ptr + b_top - (end - i_e) - 1
         tl.store(COL + pos, i_slot, mask=valid)
         tl.store(BLK + pos, b_j, mask=valid)
 
 
 @triton.jit
-def _chunk_entries(
-    COL, BLK, o_list, c, total, NB, G, CHUNK: tl.constexpr, BLOCK_G: tl.constexpr
-):  # fmt: skip
-    """Row r of chunk c is head r % BLOCK_G of list entry c * CHUNK + r // BLOCK_G: its flat
-    slot t * S + s, its block (NB for no entry) and whether the row is real."""
-    i_r = tl.arange(0, CHUNK * BLOCK_G)
-    i_e = c * CHUNK + i_r // BLOCK_G
-    ok = (i_e < total) & (i_r % BLOCK_G < G)
-    i_slot = tl.load(COL + o_list + i_e, mask=ok, other=0)
-    b_blk = tl.load(BLK + o_list + i_e, mask=ok, other=NB)
-    return i_slot, b_blk, ok
-
-
-@triton.jit
-def _chunk_q(Q, i_slot, ok, o_head, T, S: tl.constexpr, D: tl.constexpr, CHUNK: tl.constexpr,
-             BLOCK_G: tl.constexpr):  # fmt: skip
-    """The gathered q rows of one chunk (zeros for rows that are not real)."""
-    i_d = tl.arange(0, D)
-    i_g = tl.arange(0, CHUNK * BLOCK_G) % BLOCK_G
-    o_q = ((o_head + i_g).to(tl.int64) * T + i_slot // S) * D
-    return tl.load(Q + o_q[:, None] + i_d[None, :], mask=ok[:, None], other=0.0)
-
-
-@triton.jit
 def _partial_chunk(
-    K, V, PART_O, PART_L, b_q, i_slot, b_blk, ok, o_list, p_kv, T, NB, G, qk_scale,
+    Q, K, V, COL, BLK, PART_O, PART_L, c, o_list, o_slots, o_head, p_kv, T, G, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
     BLOCK_G: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    """Partial softmax of every row of one chunk (its q rows b_q) over its own block
-    (step 4)."""
+    """Partial softmax of every real row of chunk c over the chunk's block (step 4)."""
+    # Row r of a chunk is head r % BLOCK_G of the chunk's entry r // BLOCK_G.
+    i_r = tl.arange(0, CHUNK * BLOCK_G)
+    i_g = i_r % BLOCK_G
     i_d = tl.arange(0, D)
-    i_g = tl.arange(0, CHUNK * BLOCK_G) % BLOCK_G
+    i_e = c * CHUNK + i_r // BLOCK_G
+    i_slot = tl.load(COL + o_list + i_e)  # -1 on padding
+    ok = (i_slot >= 0) & (i_g < G)
+    # All real entries of a chunk belong to one block (-1: the chunk has none).
+    j = tl.max(tl.where(ok, tl.load(BLK + o_list + i_e), -1), 0)
     i_t = i_slot // S
-    o_part = (o_list + i_slot) * G + i_g
-    # Entries are sorted by block: visit the chunk's distinct blocks in increasing order.
-    j = tl.min(b_blk, 0)
-    while j < NB:
-        i_k = j * BS + tl.arange(0, BS)
-        k_ok = (i_k < T)[:, None]
-        b_k = tl.load(K + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
-        b_v = tl.load(V + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
-        mine = ok & (b_blk == j)
-        vis = mine[:, None] & (i_k[None, :] <= i_t[:, None])
-        b_s = tl.dot(b_q, tl.trans(b_k), input_precision=PREC) * qk_scale
-        b_s = tl.where(vis, b_s, float("-inf"))
-        b_m = tl.where(mine, tl.max(b_s, axis=1), 0.0)  # finite on `mine` rows
-        b_p = tl.exp2(b_s - b_m[:, None])
-        b_l = tl.where(mine, tl.sum(b_p, axis=1), 1.0)  # >= 1 on `mine` rows
-        b_o = tl.dot(b_p.to(b_v.dtype), b_v, input_precision=PREC) / b_l[:, None]
-        p_o = PART_O + o_part[:, None] * D + i_d[None, :]
-        tl.store(p_o, b_o.to(PART_O.dtype.element_ty), mask=mine[:, None])
-        tl.store(PART_L + o_part, b_m + tl.log2(b_l), mask=mine)
-        j = tl.min(tl.where(b_blk > j, b_blk, NB), 0)
+    o_q = ((o_head + i_g).to(tl.int64) * T + i_t) * D
+    b_q = tl.load(Q + o_q[:, None] + i_d[None, :], mask=ok[:, None], other=0.0)
+    i_k = j * BS + tl.arange(0, BS)
+    k_ok = ((i_k >= 0) & (i_k < T))[:, None]
+    b_k = tl.load(K + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
+    b_v = tl.load(V + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
+    vis = ok[:, None] & (i_k[None, :] <= i_t[:, None])
+    b_s = tl.dot(b_q, tl.trans(b_k), input_precision=PREC) * qk_scale
+    b_s = tl.where(vis, b_s, float("-inf"))
+    b_m = tl.where(ok, tl.max(b_s, axis=1), 0.0)  # finite on real rows
+    b_p = tl.exp2(b_s - b_m[:, None])
+    b_l = tl.where(ok, tl.sum(b_p, axis=1), 1.0)  # >= 1 on real rows
+    b_o = tl.dot(b_p.to(b_v.dtype), b_v, input_precision=PREC) / b_l[:, None]
+    o_part = (o_slots + i_slot) * G + i_g
+    p_o = PART_O + o_part[:, None] * D + i_d[None, :]
+    tl.store(p_o, b_o.to(PART_O.dtype.element_ty), mask=ok[:, None])
+    tl.store(PART_L + o_part, b_m + tl.log2(b_l), mask=ok)
 
 
 @triton.jit
 def _partial_kernel(
-    Q, K, V, ROW_PTR, COL, BLK, PART_O, PART_L, T, NB, Hq, G, qk_scale,
+    Q, K, V, ROW_PTR, COL, BLK, PART_O, PART_L, T, NB, Hq, G, L, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
-    BLOCK_G: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_G: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr,
+    PIPELINED: tl.constexpr,
 ):  # fmt: skip
-    """Chunks pid, pid + num_programs, ... of the lists of one (b, kv head). The next
-    chunk's list entries are loaded before this chunk computes, so that their latency
-    overlaps it. (Loading the next chunk's gathered q rows ahead as well was measured no
-    faster: docs/perf/nsa.md, v5.)"""
+    """Chunks pid, pid + num_programs, ... of the lists of one (b, kv head) (step 4).
+    PIPELINED: a `tl.range` loop that Triton software-pipelines over STAGES; otherwise
+    (the interpreter, which cannot run `tl.range` over a loaded bound) a `while` loop over
+    the same chunks."""
     pid = tl.program_id(0)
     i_bh = tl.program_id(1)
     n_prog = tl.num_programs(0)
     Hkv = Hq // G
     o_head = (i_bh // Hkv) * Hq + (i_bh % Hkv) * G  # first query head of the group
-    o_list = i_bh.to(tl.int64) * T * S
+    o_list = i_bh.to(tl.int64) * L
+    o_slots = i_bh.to(tl.int64) * T * S
     p_kv = i_bh.to(tl.int64) * T * D
-    total = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NB + 1) + NB)
-    n_chunks = tl.cdiv(total, CHUNK)
-    c = pid
-    i_slot, b_blk, ok = _chunk_entries(COL, BLK, o_list, c, total, NB, G, CHUNK, BLOCK_G)
-    while c < n_chunks:
-        c_next = c + n_prog
-        n_slot, n_blk, n_ok = _chunk_entries(
-            COL, BLK, o_list, c_next, total, NB, G, CHUNK, BLOCK_G
-        )  # fmt: skip
-        b_q = _chunk_q(Q, i_slot, ok, o_head, T, S, D, CHUNK, BLOCK_G)
-        _partial_chunk(
-            K, V, PART_O, PART_L, b_q, i_slot, b_blk, ok, o_list, p_kv, T, NB, G,
-            qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC,
-        )  # fmt: skip
-        c = c_next
-        i_slot, b_blk, ok = n_slot, n_blk, n_ok
+    n_chunks = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NB + 1) + NB) // CHUNK
+    if PIPELINED:
+        for c in tl.range(pid, n_chunks, n_prog, num_stages=STAGES):
+            _partial_chunk(
+                Q, K, V, COL, BLK, PART_O, PART_L, c, o_list, o_slots, o_head, p_kv, T, G,
+                qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC,
+            )  # fmt: skip
+    else:
+        c = pid
+        while c < n_chunks:
+            _partial_chunk(
+                Q, K, V, COL, BLK, PART_O, PART_L, c, o_list, o_slots, o_head, p_kv, T, G,
+                qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC,
+            )  # fmt: skip
+            c += n_prog
 
 
 @triton.jit
@@ -252,7 +243,7 @@ def _multiprocessors(device):
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t):
+def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t, chunk):
     """Per (b, kv head, key block), the kept slots of block-handled tiles that chose it.
 
     Args:
@@ -261,23 +252,25 @@ def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t):
             (`forward.tile_block_lists`); tiles with counts > min_blocks are block-handled.
         hist: int32 [B * Hkv, NB] from `tile_block_lists(..., hist, min_blocks)`: entries per
             block. Consumed: counted down to zero.
-        block_size, block_t: keys per block, tokens per tile.
+        block_size, block_t: keys per block, tokens per tile; chunk: entries per chunk.
     Returns:
-        row_ptr: int32 [B * Hkv, NB + 1]; block j's entries of row bh are
-            col[bh, row_ptr[bh, j] : row_ptr[bh, j + 1]], in an unspecified order.
-        col: int32 [B * Hkv, T * S] flat slot indices t * S + s (past row_ptr[bh, NB]:
-            unwritten).
-        blk: int32 [B * Hkv, T * S] the block of each entry.
+        row_ptr: int32 [B * Hkv, NB + 1], multiples of chunk; block j's places of row bh
+            are col[bh, row_ptr[bh, j] : row_ptr[bh, j + 1]]: its entries, in an unspecified
+            order, then -1 up to the chunk boundary (fewer than chunk of them).
+        col: int32 [B * Hkv, T * S + NB * chunk] flat slot indices t * S + s (past
+            row_ptr[bh, NB]: unwritten).
+        blk: int32, col's shape: the block of each entry (unwritten on padding).
     Two kernel launches, no host sync.
     """
     B, Hkv, T, S = block_idx.shape
     BH, NB, dev = B * Hkv, hist.shape[1], block_idx.device
+    L = T * S + NB * chunk
     row_ptr = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
-    col = torch.empty(BH, T * S, dtype=torch.int32, device=dev)
-    blk = torch.empty(BH, T * S, dtype=torch.int32, device=dev)
-    _prefix_kernel[(BH,)](hist, row_ptr, NB, PB=PREFIX_BLOCK, num_warps=4)
+    col = torch.empty(BH, L, dtype=torch.int32, device=dev)
+    blk = torch.empty(BH, L, dtype=torch.int32, device=dev)
+    _prefix_kernel[(BH,)](hist, row_ptr, col, NB, L, CHUNK=chunk, PB=PREFIX_BLOCK, num_warps=4)
     _fill_kernel[(counts.shape[1], BH)](
-        block_idx, counts, hist, row_ptr, col, blk, T, NB, min_blocks,
+        block_idx, counts, hist, row_ptr, col, blk, T, NB, L, min_blocks,
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=triton.next_power_of_2(block_t * S),
         num_warps=4,
     )  # fmt: skip
@@ -299,18 +292,22 @@ def block_major_forward(
     BH = dims.B * dims.Hkv
     block_g = triton.next_power_of_2(dims.G)
     prec = "ieee" if q.dtype == torch.float32 else "tf32"
-    row_ptr, col, blk = block_lists(block_idx, counts, hist, min_blocks, dims.block_size, block_t)
+    # Entries per chunk (rows / padded group) for 16-bit inputs; fp32 (IEEE dots without
+    # tensor cores) takes half.
+    chunk = max(1, CHUNK_ROWS * 2 // q.element_size() // block_g)
+    row_ptr, col, blk = block_lists(
+        block_idx, counts, hist, min_blocks, dims.block_size, block_t, chunk
+    )  # fmt: skip
     part_o = _checks.new_empty((BH, dims.T, dims.S, dims.G, dims.D), q.dtype, q.device)
     part_l = _checks.new_empty((BH, dims.T, dims.S, dims.G), torch.float32, q.device)
-    # Rows per chunk for 16-bit inputs; fp32 (IEEE dots without tensor cores) takes half.
-    chunk = max(1, CHUNK_ROWS * 2 // q.element_size() // block_g)
-    n_chunks = triton.cdiv(dims.T * dims.S, chunk)  # the most any (b, kv head) can have
+    n_chunks = triton.cdiv(dims.T * dims.S, chunk) + dims.NB  # the most any row can have
     if PARTIAL_WAVES is not None:
         n_chunks = min(n_chunks, triton.cdiv(PARTIAL_WAVES * _multiprocessors(q.device), BH))
     _partial_kernel[(n_chunks, BH)](
-        q, k, v, row_ptr, col, blk, part_o, part_l, dims.T, dims.NB, dims.Hq, dims.G, qk_scale,
-        S=dims.S, D=dims.D, BS=dims.block_size, CHUNK=chunk, BLOCK_G=block_g, PREC=prec,
-        num_warps=PARTIAL_WARPS,
+        q, k, v, row_ptr, col, blk, part_o, part_l, dims.T, dims.NB, dims.Hq, dims.G,
+        col.shape[1], qk_scale, S=dims.S, D=dims.D, BS=dims.block_size, CHUNK=chunk,
+        BLOCK_G=block_g, PREC=prec, STAGES=PARTIAL_STAGES,
+        PIPELINED=not isinstance(_partial_kernel, InterpretedFunction), num_warps=PARTIAL_WARPS,
     )  # fmt: skip
     _combine_kernel[(counts.shape[1], BH)](
         block_idx, counts, part_o, part_l, o, lse, dims.T, dims.NB, dims.Hq, dims.G,
