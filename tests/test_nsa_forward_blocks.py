@@ -151,38 +151,42 @@ def test_special_indices_int64_and_scale(schedule):
     assert torch.isinf(lse[0, :2, [3, 20, T - 1]]).all()
 
 
-@pytest.mark.parametrize("chunk", [1, 3, 8])
-def test_block_lists_are_the_inverse_of_block_idx(chunk):
-    """For each (b, kv head, block): exactly the kept slots of block-handled tiles, as flat
-    slot indices t * S + s, with their block, then -1 up to a multiple of `chunk` places;
-    the histogram is consumed to zero."""
+@pytest.mark.parametrize("chunk,windows", [(1, 1), (3, 1), (8, 1), (3, 4)])
+def test_block_lists_are_the_inverse_of_block_idx(chunk, windows):
+    """For each (b, kv head, window, block): exactly the kept slots of the window's
+    block-handled tiles, as flat slot indices t * S + s, with their block, then -1 up to a
+    multiple of `chunk` places; the histogram is consumed to zero."""
     T, bs, S, block_t = 45, 8, 3, 4
     idx = odd_block_idx(2, 2, T, bs, S, seed=34).long()
     idx[1, 0, 30] = torch.tensor([2**32 + 1, 1, -1])
-    NB = -(-T // bs)
+    NB, n_tiles = -(-T // bs), -(-T // block_t)
+    tpw = forward.window_tiles(n_tiles, windows)  # 3 tiles a window: 4 windows, one short
     counts = forward.tile_block_lists(idx, bs, block_t)[1]
     thr = (counts.min().item() + counts.max().item()) // 2
     handled = counts > thr
     assert handled.any() and (~handled).any()
-    hist = torch.zeros(4, NB, dtype=torch.int32)
+    hist = torch.zeros(4, windows * NB, dtype=torch.int32)
     assert torch.equal(forward.tile_block_lists(idx, bs, block_t, hist, thr)[1], counts)
     row_ptr, col, blk = forward_blocks.block_lists(idx, counts, hist, thr, bs, block_t, chunk)
     assert not hist.any()
-    assert row_ptr.shape == (4, NB + 1) and col.shape == blk.shape == (4, T * S + NB * chunk)
+    NL = windows * NB
+    assert row_ptr.shape == (4, NL + 1) and col.shape == blk.shape == (4, T * S + NL * chunk)
     assert (row_ptr[:, 0] == 0).all() and (row_ptr % chunk == 0).all()
     want = {}
     flat = idx.view(4, T, S)
     for bh, t, s in torch.nonzero(flat >= 0).tolist():
         j = flat[bh, t, s].item()
         if handled[bh, t // block_t] and j < NB and j * bs <= t:
-            want.setdefault((bh, j), []).append(t * S + s)
+            want.setdefault((bh, t // block_t // tpw * NB + j), []).append(t * S + s)
+    assert windows == 1 or len({key[1] // NB for key in want}) > 2  # several windows used
     for bh in range(4):
-        for j in range(NB):
-            lo, hi = row_ptr[bh, j].item(), row_ptr[bh, j + 1].item()
-            n = len(want.get((bh, j), []))
+        for i_l in range(NL):
+            lo, hi = row_ptr[bh, i_l].item(), row_ptr[bh, i_l + 1].item()
+            n = len(want.get((bh, i_l), []))
             assert hi - lo == -(-n // chunk) * chunk
-            assert sorted(col[bh, lo : lo + n].tolist()) == want.get((bh, j), [])
-            assert (blk[bh, lo : lo + n] == j).all() and (col[bh, lo + n : hi] == -1).all()
+            assert sorted(col[bh, lo : lo + n].tolist()) == want.get((bh, i_l), [])
+            assert (blk[bh, lo : lo + n] == i_l % NB).all()
+            assert (col[bh, lo + n : hi] == -1).all()
 
 
 def test_block_path_is_deterministic(schedule, monkeypatch):
@@ -216,13 +220,16 @@ def test_block_path_is_deterministic(schedule, monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
 
 
-@pytest.mark.parametrize("rows,waves", [(16, None), (256, 1), (16, 1), (64, 2)])
-def test_partial_chunk_sizes(rows, waves, schedule, monkeypatch):
+@pytest.mark.parametrize(
+    "rows,waves,window", [(16, None, None), (256, 1, 16), (16, 1, 8), (64, 2, 32)]
+)
+def test_partial_chunk_sizes(rows, waves, window, schedule, monkeypatch):
     """fp32 chunks of 2 entries (one program per chunk), of 32 entries (most of a block's
     places padding, one persistent program per head) and of 8, with persistent programs
-    walking many chunks each."""
+    walking many chunks each; list windows of 1, 2 and 4 tiles."""
     schedule("blocks")
     monkeypatch.setattr(forward_blocks, "CHUNK_ROWS", rows)
+    monkeypatch.setattr(forward_blocks, "LIST_WINDOW", window)
     monkeypatch.setattr(forward_blocks, "PARTIAL_WAVES", waves)
     B, Hq, Hkv, T, D, bs, S = 1, 8, 2, 47, 32, 16, 3
     q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=36)

@@ -15,8 +15,8 @@ Usage (on a CUDA machine, from the repository root):
    paper shape at T 65536, both patterns; auto/tile ratios and the T 8192 -> 32768 ratios.
 3. Sweep at seed, T = 32768, random: forward_blocks.CHUNK_ROWS {64, 128, 256} (= 16, 32, 64
    tokens at G = 4) x PARTIAL_WARPS {4, 8} x PARTIAL_STAGES {1, 2, 3, 4}, then at the best
-   of those BLOCK_PATH_RATIO and PARTIAL_WAVES and COMBINE_WARPS; every config's o is
-   compared with the default's.
+   of those LIST_WINDOW, BLOCK_PATH_RATIO, PARTIAL_WAVES and COMBINE_WARPS; every config's
+   o is compared with the default's.
 4. Peak VRAM (max_memory_allocated over one auto call, inputs resident) at seed T = 32768,
    both patterns; a per-kernel device-time profile of the auto call there (torch.profiler).
 --sections picks which of 1-4 run (default all); --set KNOB=VALUE changes a knob for the
@@ -58,7 +58,7 @@ if SMOKE:
     SEED, PAPER = (4, 1), (8, 1)  # (Hq, Hkv)
     CHECK_T, TIME_T, PAPER_T = (40, 70), (48, 96), 64
     SWEEP_ROWS, SWEEP_WARPS, SWEEP_RATIOS, SWEEP_WAVES = (64,), (4,), (2,), (None,)
-    SWEEP_COMBINE, SWEEP_STAGES = (4,), (1,)
+    SWEEP_COMBINE, SWEEP_STAGES, SWEEP_WINDOWS = (4,), (1,), (None, 32)
 else:
     DEV, DTYPE, BS, S, D = "cuda", torch.bfloat16, 64, 16, 64
     SEED, PAPER = (16, 4), (64, 4)
@@ -67,6 +67,7 @@ else:
         None, 2, 8, 16,
     )  # fmt: skip
     SWEEP_COMBINE, SWEEP_STAGES = (4, 16), (1, 2, 3, 4)
+    SWEEP_WINDOWS = (None, 1024, 2048, 4096, 8192, 16384)
 SCHEDULES = ("tile", "blocks", "auto")
 TOL_O, TOL_LSE = 2e-2, 5e-2
 KNOBS = [
@@ -77,6 +78,7 @@ KNOBS = [
     (nsa_blocks, "PARTIAL_WAVES"),
     (nsa_blocks, "PARTIAL_STAGES"),
     (nsa_blocks, "COMBINE_WARPS"),
+    (nsa_blocks, "LIST_WINDOW"),
 ]
 OUT_LINES = []
 
@@ -304,6 +306,8 @@ def sweep(deadline):
     best = best_of(rows) or dict(config=dict(CHUNK_ROWS=nsa_blocks.CHUNK_ROWS,
                                              PARTIAL_WARPS=nsa_blocks.PARTIAL_WARPS,
                                              PARTIAL_STAGES=nsa_blocks.PARTIAL_STAGES))  # fmt: skip
+    for window in SWEEP_WINDOWS:
+        one(**best["config"], LIST_WINDOW=window)
     for ratio in SWEEP_RATIOS:
         one(**best["config"], BLOCK_PATH_RATIO=ratio)
     for waves in SWEEP_WAVES:

@@ -155,15 +155,16 @@ def _sorted_runs(b_x, i_e, L: tl.constexpr):
 
 @triton.jit
 def _tile_list_kernel(
-    IDX, LIST, COUNT, HIST, T, NB, N_TILES, MIN_BLOCKS,
+    IDX, LIST, COUNT, HIST, T, NB, N_TILES, MIN_BLOCKS, NW, TPW,
     S: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, L_PAD: tl.constexpr,
     USE_HIST: tl.constexpr,
 ):  # fmt: skip
     """LIST[bh, tile, :count] = sorted distinct kept blocks of the tile's BLOCK_T * S slots;
     COUNT[bh, tile] = count. Entries past count are left unwritten (never read).
-    USE_HIST: when count > MIN_BLOCKS (a block-handled tile), also add to HIST[bh, j] the
+    USE_HIST: when count > MIN_BLOCKS (a block-handled tile), also add to HIST[bh, w, j] the
     number of the tile's kept slots that chose block j (one int32 atomic per distinct block,
-    not per slot: block 0 of the 'random' pattern is chosen by every token)."""
+    not per slot: block 0 of the 'random' pattern is chosen by every token); w = tile // TPW,
+    the tile's window of TPW tiles (HIST is [B * Hkv, NW, NB])."""
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_e = tl.arange(0, L_PAD)
@@ -184,8 +185,13 @@ def _tile_list_kernel(
     if USE_HIST:
         if count > MIN_BLOCKS:
             # A run's last lane adds the run length (its lane - the run's first lane + 1).
-            p_hist = HIST + i_bh.to(tl.int64) * NB + b_j
+            p_hist = HIST + (i_bh.to(tl.int64) * NW + pid_t // TPW) * NB + b_j
             tl.atomic_add(p_hist, i_e - start + 1, mask=last & (b_j < NB), sem="relaxed")
+
+
+def window_tiles(n_tiles, n_windows):
+    """Tiles per window when n_tiles tiles are cut into n_windows windows."""
+    return triton.cdiv(n_tiles, n_windows)
 
 
 def tile_block_lists(block_idx, block_size, block_t, hist=None, min_blocks=0):
@@ -195,9 +201,10 @@ def tile_block_lists(block_idx, block_size, block_t, hist=None, min_blocks=0):
         block_idx: [B, Hkv, T, S] int32/int64, contiguous.
         block_size: keys per block.
         block_t: tokens per tile.
-        hist: optional int32 [B * Hkv, NB], zero-filled: for every tile with more than
-            `min_blocks` distinct blocks (block-handled), hist[bh, j] is increased by the
-            number of its kept slots that chose block j.
+        hist: optional int32 [B * Hkv, NW * NB], zero-filled: for every tile with more
+            than `min_blocks` distinct blocks (block-handled), hist[bh, w * NB + j] is
+            increased by the number of its kept slots that chose block j, w = the tile's
+            window (`window_tiles`).
         min_blocks: see hist.
     Returns:
         lists: int32 [B * Hkv, n_tiles, block_t * S]; row [bh, i] holds, ascending, the
@@ -207,12 +214,13 @@ def tile_block_lists(block_idx, block_size, block_t, hist=None, min_blocks=0):
     One kernel launch, no host sync.
     """
     B, Hkv, T, S = block_idx.shape
-    n_tiles = triton.cdiv(T, block_t)
+    n_tiles, NB = triton.cdiv(T, block_t), triton.cdiv(T, block_size)
     lists = torch.empty(B * Hkv, n_tiles, block_t * S, dtype=torch.int32, device=block_idx.device)
     counts = torch.empty(B * Hkv, n_tiles, dtype=torch.int32, device=block_idx.device)
+    NW = 1 if hist is None else hist.shape[1] // NB
     _tile_list_kernel[(n_tiles, B * Hkv)](
-        block_idx, lists, counts, counts if hist is None else hist, T,
-        triton.cdiv(T, block_size), n_tiles, min_blocks,
+        block_idx, lists, counts, counts if hist is None else hist, T, NB, n_tiles, min_blocks,
+        NW, window_tiles(n_tiles, NW),
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=triton.next_power_of_2(block_t * S),
         USE_HIST=hist is not None, num_warps=4,
     )  # fmt: skip
@@ -409,9 +417,12 @@ def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_
     o = _checks.new_empty(q.shape, q.dtype, q.device)
     lse = _checks.new_empty(q.shape[:3], torch.float32, q.device)
     block_g, block_t, prec = tile_config(dims.G, q.dtype, TILE_ROWS)
+    from . import forward_blocks  # it builds on this module's helpers
+
     hist = None
     if min_blocks is not None:
-        hist = torch.zeros(dims.B * dims.Hkv, dims.NB, dtype=torch.int32, device=q.device)
+        n_lists = forward_blocks.list_windows(dims.T, block_t) * dims.NB
+        hist = torch.zeros(dims.B * dims.Hkv, n_lists, dtype=torch.int32, device=q.device)
     lists, counts, flags = tile_loop_args(block_idx, block_size, block_t, hist, min_blocks or 0)
     grid = (triton.cdiv(dims.T, block_t), dims.B * dims.Hkv)
     qk_scale = dims.scale * LOG2E
@@ -424,8 +435,6 @@ def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_
         num_warps=NUM_WARPS, num_stages=forward_stages(block_t),
     )  # fmt: skip
     if hist is not None:
-        from . import forward_blocks  # it builds on this module's helpers
-
         forward_blocks.block_major_forward(
             q, k, v, block_idx, counts, hist, min_blocks, o, lse, dims, block_t, qk_scale
         )

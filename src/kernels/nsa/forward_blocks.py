@@ -6,17 +6,21 @@ otherwise stream its own K/V block; here each block is loaded once per chunk of 
 that chose it. Steps (all on the device, no host sync, so the call stays capturable in a
 CUDA graph):
 
-1. Count (in forward.py's tile-list kernel): HIST[bh, j] = kept slots of block-handled tiles
-   that chose block j, one int32 atomic per distinct block of a tile.
+1. Count (in forward.py's tile-list kernel): HIST[bh, w, j] = kept slots of block-handled
+   tiles of window w (LIST_WINDOW consecutive tokens) that chose block j, one int32 atomic
+   per distinct block of a tile. Each (window, block) pair has its own list, and the lists
+   run window by window: the programs, which walk the lists in order, all work on one window
+   at a time, so the window's q rows (each read by the S blocks its token chose) are read
+   from DRAM about once and then hit in L2.
 2. `_prefix_kernel`: ROW_PTR[bh] = exclusive prefix sum of HIST[bh] rounded up to whole
-   chunks of CHUNK entries (NB + 1 entries, one program per (b, kv head) looping over the
-   blocks), so that every block's list starts a chunk; the places between a list's end and
-   the next chunk boundary get COL = -1 (padding).
+   chunks of CHUNK entries (NL + 1 entries for NL = NW * NB lists, one program per (b, kv
+   head) looping over them), so that every list starts a chunk; the places between a list's
+   end and the next chunk boundary get COL = -1 (padding).
 3. `_fill_kernel` (a counting sort, no torch.sort): per block-handled tile, its kept slots
    are sorted by (block, slot) in registers; each run of one block claims its places at the
-   head of the block's list with one atomic that counts HIST[bh, j] down, and writes there
-   the flat slot index t * S + s (COL) and the block (BLK). The order of tiles inside a
-   block's list depends on the atomics' order: it is nondeterministic.
+   head of the list of (its window, block) with one atomic that counts HIST[bh, w, j] down,
+   and writes there the flat slot index t * S + s (COL) and the block (BLK). The order of
+   tiles inside a list depends on the atomics' order: it is nondeterministic.
 4. `_partial_kernel`: the lists of one (b, kv head) are cut into chunks of CHUNK entries
    (CHUNK * BLOCK_G query rows: the G heads of each entry's token). A chunk lies inside one
    block's list, so its block's K_j and V_j are loaded once, multiplied with the chunk's
@@ -28,7 +32,7 @@ CUDA graph):
    branch, so the next chunks' list entries, gathered q rows and K/V blocks are copied to
    shared memory while this chunk computes. A block chosen by every token (block 0 of the
    'random' pattern) simply fills many chunks, so the load is balanced by construction;
-   the padding costs at most one partly empty chunk per block.
+   the padding costs at most one partly empty chunk per list.
 5. `_combine_kernel`, per block-handled tile: for each row, the partials of its kept slots
    (kept is recomputed from block_idx, so unwritten partials are never read), in slot order:
    with M = max lse_s and w_s = exp2(lse_s - M), o = sum_s w_s o_part_s / sum_s w_s and
@@ -42,7 +46,7 @@ lse are bitwise reproducible although the lists' order is not.
 
 Memory: the partials take B * Hkv * T * S * G * D elements in q's dtype (bf16/fp16: each
 of the <= S partials is rounded like the output itself; fp32 stays fp32) plus
-B * Hkv * T * S * G fp32 lse values, O(T); the lists take 2 * B * Hkv * (T * S + NB * CHUNK)
+B * Hkv * T * S * G fp32 lse values, O(T); the lists take 2 * B * Hkv * (T * S + NL * CHUNK)
 int32.
 """
 
@@ -52,47 +56,48 @@ import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
 from . import _checks
-from .forward import LN2, _kept, _sorted_runs, _tile_rows
+from .forward import LN2, _kept, _sorted_runs, _tile_rows, window_tiles
 
 # Tuning knobs, read at call time: query rows (list entries x padded group) per chunk of the
 # partial kernel (16-bit inputs; fp32 takes half), its warps, and its persistent programs
 # per SM over all (b, kv head) (None: one program per chunk, a static bound on the chunk
 # count) and its software-pipeline stages (1: no pipelining); warps of the combine; blocks
-# per prefix-sum step.
-# Defaults from tools/gpu_nsa_blocks.py's sweep on the H200 (docs/perf/nsa.md, v4).
+# per prefix-sum step; tokens per list window (None: one window).
+# Defaults from tools/gpu_nsa_blocks.py's sweeps on the H200 (docs/perf/nsa.md, v4 and v6).
 CHUNK_ROWS = 128
-PARTIAL_WARPS = 8
-PARTIAL_WAVES = 8
-PARTIAL_STAGES = 3
+PARTIAL_WARPS = 4
+PARTIAL_WAVES = 16
+PARTIAL_STAGES = 2
 COMBINE_WARPS = 16
 PREFIX_BLOCK = 1024
+LIST_WINDOW = 4096
 
 
 @triton.jit
-def _prefix_kernel(HIST, ROW_PTR, COL, NB, L, CHUNK: tl.constexpr, PB: tl.constexpr):
-    """ROW_PTR[bh, j] = CHUNK * sum of cdiv(HIST[bh, :j], CHUNK) for j = 0 .. NB, and
-    COL = -1 on the padding after each block's HIST[bh, j] places."""
+def _prefix_kernel(HIST, ROW_PTR, COL, NL, L, CHUNK: tl.constexpr, PB: tl.constexpr):
+    """ROW_PTR[bh, l] = CHUNK * sum of cdiv(HIST[bh, :l], CHUNK) for l = 0 .. NL, and
+    COL = -1 on the padding after each list's HIST[bh, l] places."""
     i_bh = tl.program_id(0)
-    p_hist = HIST + i_bh.to(tl.int64) * NB
-    p_row = ROW_PTR + i_bh.to(tl.int64) * (NB + 1)
+    p_hist = HIST + i_bh.to(tl.int64) * NL
+    p_row = ROW_PTR + i_bh.to(tl.int64) * (NL + 1)
     p_col = COL + i_bh.to(tl.int64) * L
     carry = tl.full([], 0, tl.int32)
     i0 = 0
-    while i0 <= NB:  # a `while`: the interpreter cannot take `range` over an argument
-        i_j = i0 + tl.arange(0, PB)
-        b_c = tl.load(p_hist + i_j, mask=i_j < NB, other=0)
-        b_len = tl.cdiv(b_c, CHUNK) * CHUNK  # the block's places, padding included
+    while i0 <= NL:  # a `while`: the interpreter cannot take `range` over an argument
+        i_l = i0 + tl.arange(0, PB)
+        b_c = tl.load(p_hist + i_l, mask=i_l < NL, other=0)
+        b_len = tl.cdiv(b_c, CHUNK) * CHUNK  # the list's places, padding included
         b_start = carry + tl.cumsum(b_len, 0) - b_len
-        tl.store(p_row + i_j, b_start, mask=i_j <= NB)
+        tl.store(p_row + i_l, b_start, mask=i_l <= NL)
         for i_p in tl.static_range(CHUNK - 1):
-            tl.store(p_col + b_start + b_c + i_p, -1, mask=(i_j < NB) & (b_c + i_p < b_len))
+            tl.store(p_col + b_start + b_c + i_p, -1, mask=(i_l < NL) & (b_c + i_p < b_len))
         carry += tl.sum(b_len, 0)
         i0 += PB
 
 
 @triton.jit
 def _fill_kernel(
-    IDX, COUNT, HIST, ROW_PTR, COL, BLK, T, NB, L, MIN_BLOCKS,
+    IDX, COUNT, HIST, ROW_PTR, COL, BLK, T, NB, NW, TPW, L, MIN_BLOCKS,
     S: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, L_PAD: tl.constexpr,
 ):  # fmt: skip
     """Place the kept slots of one block-handled tile in their blocks' lists (step 3)."""
@@ -111,12 +116,13 @@ def _fill_kernel(
         i_slot = (b_key % L_PAD).to(tl.int32) + e0
         _, last, start, end = _sorted_runs(b_j, i_e, L_PAD)
         valid = b_j < NB
-        # HIST[bh, j] counts the block's unclaimed entries down: the run's last lane takes
+        # HIST[bh, w, j] counts the list's unclaimed entries down: the run's last lane takes
         # the run's length off it and the run fills the places [top - length, top).
-        p_hist = HIST + i_bh.to(tl.int64) * NB + b_j
+        i_list = (pid_t // TPW) * NB + b_j
+        p_hist = HIST + i_bh.to(tl.int64) * NW * NB + i_list
         b_top = tl.atomic_add(p_hist, start - i_e - 1, mask=last & valid, sem="relaxed")
         b_top = tl.gather(b_top, end, 0)
-        b_ptr = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NB + 1) + b_j, mask=valid, other=0)
+        b_ptr = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NW * NB + 1) + i_list, mask=valid, other=0)
         pos = i_bh.to(tl.int64) * L + b_ptr + b_top - (end - i_e) - 1
         tl.store(COL + pos, i_slot, mask=valid)
         tl.store(BLK + pos, b_j, mask=valid)
@@ -160,7 +166,7 @@ def _partial_chunk(
 
 @triton.jit
 def _partial_kernel(
-    Q, K, V, ROW_PTR, COL, BLK, PART_O, PART_L, T, NB, Hq, G, L, qk_scale,
+    Q, K, V, ROW_PTR, COL, BLK, PART_O, PART_L, T, NL, Hq, G, L, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
     BLOCK_G: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr,
     PIPELINED: tl.constexpr,
@@ -177,7 +183,7 @@ def _partial_kernel(
     o_list = i_bh.to(tl.int64) * L
     o_slots = i_bh.to(tl.int64) * T * S
     p_kv = i_bh.to(tl.int64) * T * D
-    n_chunks = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NB + 1) + NB) // CHUNK
+    n_chunks = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NL + 1) + NL) // CHUNK
     if PIPELINED:
         for c in tl.range(pid, n_chunks, n_prog, num_stages=STAGES):
             _partial_chunk(
@@ -243,34 +249,49 @@ def _multiprocessors(device):
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def list_windows(T, block_t):
+    """Windows of the block lists for T tokens in tiles of block_t: LIST_WINDOW tokens
+    (rounded to whole tiles) each, or one window."""
+    if LIST_WINDOW is None:
+        return 1
+    n_tiles = triton.cdiv(T, block_t)
+    return triton.cdiv(n_tiles, max(1, LIST_WINDOW // block_t))
+
+
 def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t, chunk):
-    """Per (b, kv head, key block), the kept slots of block-handled tiles that chose it.
+    """Per (b, kv head, window, key block), the kept slots of the window's block-handled
+    tiles that chose the block.
 
     Args:
         block_idx: [B, Hkv, T, S] int32/int64, contiguous.
         counts: int32 [B * Hkv, n_tiles] distinct kept blocks per tile of block_t tokens
             (`forward.tile_block_lists`); tiles with counts > min_blocks are block-handled.
-        hist: int32 [B * Hkv, NB] from `tile_block_lists(..., hist, min_blocks)`: entries per
-            block. Consumed: counted down to zero.
+        hist: int32 [B * Hkv, NW * NB] from `tile_block_lists(..., hist, min_blocks)`:
+            entries per (window, block), NW windows of `forward.window_tiles(n_tiles, NW)`
+            tiles. Consumed: counted down to zero.
         block_size, block_t: keys per block, tokens per tile; chunk: entries per chunk.
     Returns:
-        row_ptr: int32 [B * Hkv, NB + 1], multiples of chunk; block j's places of row bh
-            are col[bh, row_ptr[bh, j] : row_ptr[bh, j + 1]]: its entries, in an unspecified
+        row_ptr: int32 [B * Hkv, NL + 1] (NL = NW * NB lists, list w * NB + j for block j
+            in window w), multiples of chunk; list l's places of row bh are
+            col[bh, row_ptr[bh, l] : row_ptr[bh, l + 1]]: its entries, in an unspecified
             order, then -1 up to the chunk boundary (fewer than chunk of them).
-        col: int32 [B * Hkv, T * S + NB * chunk] flat slot indices t * S + s (past
-            row_ptr[bh, NB]: unwritten).
+        col: int32 [B * Hkv, T * S + NL * chunk] flat slot indices t * S + s (past
+            row_ptr[bh, NL]: unwritten).
         blk: int32, col's shape: the block of each entry (unwritten on padding).
     Two kernel launches, no host sync.
     """
     B, Hkv, T, S = block_idx.shape
-    BH, NB, dev = B * Hkv, hist.shape[1], block_idx.device
-    L = T * S + NB * chunk
-    row_ptr = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
+    BH, NL, dev = B * Hkv, hist.shape[1], block_idx.device
+    NB = triton.cdiv(T, block_size)
+    NW = NL // NB
+    L = T * S + NL * chunk
+    row_ptr = torch.empty(BH, NL + 1, dtype=torch.int32, device=dev)
     col = torch.empty(BH, L, dtype=torch.int32, device=dev)
     blk = torch.empty(BH, L, dtype=torch.int32, device=dev)
-    _prefix_kernel[(BH,)](hist, row_ptr, col, NB, L, CHUNK=chunk, PB=PREFIX_BLOCK, num_warps=4)
+    _prefix_kernel[(BH,)](hist, row_ptr, col, NL, L, CHUNK=chunk, PB=PREFIX_BLOCK, num_warps=4)
     _fill_kernel[(counts.shape[1], BH)](
-        block_idx, counts, hist, row_ptr, col, blk, T, NB, L, min_blocks,
+        block_idx, counts, hist, row_ptr, col, blk, T, NB, NW,
+        window_tiles(counts.shape[1], NW), L, min_blocks,
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=triton.next_power_of_2(block_t * S),
         num_warps=4,
     )  # fmt: skip
@@ -300,11 +321,12 @@ def block_major_forward(
     )  # fmt: skip
     part_o = _checks.new_empty((BH, dims.T, dims.S, dims.G, dims.D), q.dtype, q.device)
     part_l = _checks.new_empty((BH, dims.T, dims.S, dims.G), torch.float32, q.device)
-    n_chunks = triton.cdiv(dims.T * dims.S, chunk) + dims.NB  # the most any row can have
+    n_lists = row_ptr.shape[1] - 1
+    n_chunks = triton.cdiv(dims.T * dims.S, chunk) + n_lists  # the most any row can have
     if PARTIAL_WAVES is not None:
         n_chunks = min(n_chunks, triton.cdiv(PARTIAL_WAVES * _multiprocessors(q.device), BH))
     _partial_kernel[(n_chunks, BH)](
-        q, k, v, row_ptr, col, blk, part_o, part_l, dims.T, dims.NB, dims.Hq, dims.G,
+        q, k, v, row_ptr, col, blk, part_o, part_l, dims.T, n_lists, dims.Hq, dims.G,
         col.shape[1], qk_scale, S=dims.S, D=dims.D, BS=dims.block_size, CHUNK=chunk,
         BLOCK_G=block_g, PREC=prec, STAGES=PARTIAL_STAGES,
         PIPELINED=not isinstance(_partial_kernel, InterpretedFunction), num_warps=PARTIAL_WARPS,
