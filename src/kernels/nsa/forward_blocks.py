@@ -15,7 +15,7 @@ CUDA graph):
 2. `_prefix_kernel`: ROW_PTR[bh] = exclusive prefix sum of HIST[bh] rounded up to whole
    chunks of CHUNK entries (NL + 1 entries for NL = NW * NB lists, one program per (b, kv
    head) looping over them), so that every list starts a chunk; the places between a list's
-   end and the next chunk boundary get COL = -1 (padding).
+   end and the next chunk boundary keep the COL = -1 they were allocated with (padding).
 3. `_fill_kernel` (a counting sort, no torch.sort): per block-handled tile, its kept slots
    are sorted by (block, slot) in registers; each run of one block claims its places at the
    head of the list of (its window, block) with one atomic that counts HIST[bh, w, j] down,
@@ -69,28 +69,22 @@ PARTIAL_WARPS = 4
 PARTIAL_WAVES = 16
 PARTIAL_STAGES = 2
 COMBINE_WARPS = 16
-PREFIX_BLOCK = 1024
+PREFIX_BLOCK = 4096
 LIST_WINDOW = 4096
 
 
 @triton.jit
-def _prefix_kernel(HIST, ROW_PTR, COL, NL, L, CHUNK: tl.constexpr, PB: tl.constexpr):
-    """ROW_PTR[bh, l] = CHUNK * sum of cdiv(HIST[bh, :l], CHUNK) for l = 0 .. NL, and
-    COL = -1 on the padding after each list's HIST[bh, l] places."""
+def _prefix_kernel(HIST, ROW_PTR, NL, CHUNK: tl.constexpr, PB: tl.constexpr):
+    """ROW_PTR[bh, l] = CHUNK * sum of cdiv(HIST[bh, :l], CHUNK) for l = 0 .. NL."""
     i_bh = tl.program_id(0)
     p_hist = HIST + i_bh.to(tl.int64) * NL
     p_row = ROW_PTR + i_bh.to(tl.int64) * (NL + 1)
-    p_col = COL + i_bh.to(tl.int64) * L
     carry = tl.full([], 0, tl.int32)
     i0 = 0
     while i0 <= NL:  # a `while`: the interpreter cannot take `range` over an argument
         i_l = i0 + tl.arange(0, PB)
-        b_c = tl.load(p_hist + i_l, mask=i_l < NL, other=0)
-        b_len = tl.cdiv(b_c, CHUNK) * CHUNK  # the list's places, padding included
-        b_start = carry + tl.cumsum(b_len, 0) - b_len
-        tl.store(p_row + i_l, b_start, mask=i_l <= NL)
-        for i_p in tl.static_range(CHUNK - 1):
-            tl.store(p_col + b_start + b_c + i_p, -1, mask=(i_l < NL) & (b_c + i_p < b_len))
+        b_len = tl.cdiv(tl.load(p_hist + i_l, mask=i_l < NL, other=0), CHUNK) * CHUNK
+        tl.store(p_row + i_l, carry + tl.cumsum(b_len, 0) - b_len, mask=i_l <= NL)
         carry += tl.sum(b_len, 0)
         i0 += PB
 
@@ -278,7 +272,7 @@ def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t, chunk)
         col: int32 [B * Hkv, T * S + NL * chunk] flat slot indices t * S + s (past
             row_ptr[bh, NL]: unwritten).
         blk: int32, col's shape: the block of each entry (unwritten on padding).
-    Two kernel launches, no host sync.
+    A fill and two kernel launches, no host sync.
     """
     B, Hkv, T, S = block_idx.shape
     BH, NL, dev = B * Hkv, hist.shape[1], block_idx.device
@@ -286,9 +280,9 @@ def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t, chunk)
     NW = NL // NB
     L = T * S + NL * chunk
     row_ptr = torch.empty(BH, NL + 1, dtype=torch.int32, device=dev)
-    col = torch.empty(BH, L, dtype=torch.int32, device=dev)
+    col = torch.full((BH, L), -1, dtype=torch.int32, device=dev)  # -1: padding
     blk = torch.empty(BH, L, dtype=torch.int32, device=dev)
-    _prefix_kernel[(BH,)](hist, row_ptr, col, NL, L, CHUNK=chunk, PB=PREFIX_BLOCK, num_warps=4)
+    _prefix_kernel[(BH,)](hist, row_ptr, NL, CHUNK=chunk, PB=PREFIX_BLOCK, num_warps=4)
     _fill_kernel[(counts.shape[1], BH)](
         block_idx, counts, hist, row_ptr, col, blk, T, NB, NW,
         window_tiles(counts.shape[1], NW), L, min_blocks,
