@@ -355,29 +355,33 @@ def peak_memory():
 
 
 def profile_kernels():
-    """Device time per kernel of one auto call at seed T = TIME_T[-1], random (eager)."""
+    """Device time per kernel of one auto call at seed T = TIME_T[-1], each pattern
+    (eager)."""
     if DEV != "cuda":
         return None
     from torch.profiler import ProfilerActivity, profile
 
-    x = make_inputs(*SEED, TIME_T[-1], "random")
-    call(x)
-    sync()
-    n = 5
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(n):
-            call(x)
-        sync()
     out = {}
-    for evt in prof.key_averages():
-        us = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
-        if us:
-            out[evt.key] = us / n / 1e3
-    for name, ms in sorted(out.items(), key=lambda kv: -kv[1])[:12]:
-        say(f"  {ms:8.3f} ms  {name[:90]}")
-    say(f"  {sum(out.values()):8.3f} ms  total per call")
-    del x
-    release()
+    for pattern in ("random", "recent"):
+        x = make_inputs(*SEED, TIME_T[-1], pattern)
+        call(x)
+        sync()
+        n = 5
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(n):
+                call(x)
+            sync()
+        per = out[pattern] = {}
+        for evt in prof.key_averages():
+            us = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
+            if us:
+                per[evt.key] = us / n / 1e3
+        say(f"  {pattern}:")
+        for name, ms in sorted(per.items(), key=lambda kv: -kv[1])[:12]:
+            say(f"  {ms:8.3f} ms  {name[:90]}")
+        say(f"  {sum(per.values()):8.3f} ms  total per call")
+        del x
+        release()
     return out
 
 
@@ -429,7 +433,7 @@ def main():
         (2, "timings", "2. per-call ms by CUDA-graph replay", lambda: time_cases(deadline)),
         (3, "sweep", "3. sweep (auto, seed, random)", lambda: sweep(deadline)),
         (4, "peak_memory", "4. peak VRAM of one auto call", peak_memory),
-        (4, "profile", "   device time per kernel, auto, seed, random", profile_kernels),
+        (4, "profile", "   device time per kernel, auto, seed", profile_kernels),
     ]
     for section, key, title, fn in steps:
         say(f"\n{title} ({time.time() - t0:.0f}s):")
