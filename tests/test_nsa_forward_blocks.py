@@ -154,8 +154,9 @@ def test_special_indices_int64_and_scale(schedule):
 @pytest.mark.parametrize("chunk,windows", [(1, 1), (3, 1), (8, 1), (3, 4)])
 def test_block_lists_are_the_inverse_of_block_idx(chunk, windows):
     """For each (b, kv head, window, block): exactly the kept slots of the window's
-    block-handled tiles, as flat slot indices t * S + s, with their block, then -1 up to a
-    multiple of `chunk` places; the histogram is consumed to zero."""
+    block-handled tiles, as flat slot indices t * S + s, with their block and whether the
+    token lies inside it, then -1 up to a multiple of `chunk` places; the histogram is
+    consumed to zero."""
     T, bs, S, block_t = 45, 8, 3, 4
     idx = odd_block_idx(2, 2, T, bs, S, seed=34).long()
     idx[1, 0, 30] = torch.tensor([2**32 + 1, 1, -1])
@@ -185,7 +186,9 @@ def test_block_lists_are_the_inverse_of_block_idx(chunk, windows):
             n = len(want.get((bh, i_l), []))
             assert hi - lo == -(-n // chunk) * chunk
             assert sorted(col[bh, lo : lo + n].tolist()) == want.get((bh, i_l), [])
-            assert (blk[bh, lo : lo + n] == i_l % NB).all()
+            got = blk[bh, lo : lo + n]
+            assert (got // 2 == i_l % NB).all()
+            assert torch.equal(got % 2 == 1, col[bh, lo : lo + n] // S // bs == i_l % NB)
             assert (col[bh, lo + n : hi] == -1).all()
 
 

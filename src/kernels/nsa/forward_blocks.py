@@ -19,7 +19,8 @@ CUDA graph):
 3. `_fill_kernel` (a counting sort, no torch.sort): per block-handled tile, its kept slots
    are sorted by (block, slot) in registers; each run of one block claims its places at the
    head of the list of (its window, block) with one atomic that counts HIST[bh, w, j] down,
-   and writes there the flat slot index t * S + s (COL) and the block (BLK). The order of
+   and writes there the flat slot index t * S + s (COL) and the block (BLK, with a flag for
+   a token inside the block: only such rows need the causal mask). The order of
    tiles inside a list depends on the atomics' order: it is nondeterministic.
 4. `_partial_kernel`: the lists of one (b, kv head) are cut into chunks of CHUNK entries
    (CHUNK * BLOCK_G query rows: the G heads of each entry's token). A chunk lies inside one
@@ -119,7 +120,8 @@ def _fill_kernel(
         b_ptr = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NW * NB + 1) + i_list, mask=valid, other=0)
         pos = i_bh.to(tl.int64) * L + b_ptr + b_top - (end - i_e) - 1
         tl.store(COL + pos, i_slot, mask=valid)
-        tl.store(BLK + pos, b_j, mask=valid)
+        # The block, and whether the slot's token lies inside it (the causal mask matters).
+        tl.store(BLK + pos, 2 * b_j + (i_slot // S < (b_j + 1) * BS), mask=valid)
 
 
 @triton.jit
@@ -136,8 +138,11 @@ def _partial_chunk(
     i_e = c * CHUNK + i_r // BLOCK_G
     i_slot = tl.load(COL + o_list + i_e)  # -1 on padding
     ok = (i_slot >= 0) & (i_g < G)
-    # All real entries of a chunk belong to one block (-1: the chunk has none).
-    j = tl.max(tl.where(ok, tl.load(BLK + o_list + i_e), -1), 0)
+    # All real entries of a chunk belong to one block j; BLK = 2 j + 1 for an entry whose
+    # token lies inside block j, so the max over the chunk also says whether any row
+    # needs the causal mask (-1: the chunk has no real row).
+    b_code = tl.max(tl.where(ok, tl.load(BLK + o_list + i_e), -1), 0)
+    j = b_code // 2
     i_t = i_slot // S
     o_q = ((o_head + i_g).to(tl.int64) * T + i_t) * D
     b_q = tl.load(Q + o_q[:, None] + i_d[None, :], mask=ok[:, None], other=0.0)
@@ -145,13 +150,14 @@ def _partial_chunk(
     k_ok = ((i_k >= 0) & (i_k < T))[:, None]
     b_k = tl.load(K + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
     b_v = tl.load(V + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
-    vis = ok[:, None] & (i_k[None, :] <= i_t[:, None])
     b_s = tl.dot(b_q, tl.trans(b_k), input_precision=PREC) * qk_scale
-    b_s = tl.where(vis, b_s, float("-inf"))
-    b_m = tl.where(ok, tl.max(b_s, axis=1), 0.0)  # finite on real rows
+    if b_code % 2 == 1:
+        # Padding rows (q = 0) need no mask: their finite scores are never stored.
+        b_s = tl.where(i_k[None, :] <= i_t[:, None], b_s, float("-inf"))
+    b_m = tl.where(ok, tl.max(b_s, axis=1), 0.0)  # finite on real rows (key j * BS <= t)
     b_p = tl.exp2(b_s - b_m[:, None])
     b_l = tl.where(ok, tl.sum(b_p, axis=1), 1.0)  # >= 1 on real rows
-    b_o = tl.dot(b_p.to(b_v.dtype), b_v, input_precision=PREC) / b_l[:, None]
+    b_o = tl.dot(b_p.to(b_v.dtype), b_v, input_precision=PREC) * (1.0 / b_l)[:, None]
     o_part = (o_slots + i_slot) * G + i_g
     p_o = PART_O + o_part[:, None] * D + i_d[None, :]
     tl.store(p_o, b_o.to(PART_O.dtype.element_ty), mask=ok[:, None])
@@ -271,7 +277,8 @@ def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t, chunk)
             order, then -1 up to the chunk boundary (fewer than chunk of them).
         col: int32 [B * Hkv, T * S + NL * chunk] flat slot indices t * S + s (past
             row_ptr[bh, NL]: unwritten).
-        blk: int32, col's shape: the block of each entry (unwritten on padding).
+        blk: int32, col's shape: 2 * block + 1 for an entry whose token lies inside its
+            block (the causal mask matters), 2 * block otherwise (unwritten on padding).
     A fill and two kernel launches, no host sync.
     """
     B, Hkv, T, S = block_idx.shape
