@@ -64,11 +64,13 @@ TILE_LOOP = "list"
 TILE_LOOPS = ("list", "pairs")
 # Which tiles take the block-major path (see the module doc): "auto" = those whose count of
 # distinct kept blocks exceeds BLOCK_PATH_RATIO * S (None or 0: none), "tile" = none (no
-# block-major launch at all), "blocks" = all. With the default 3, the 'recent' pattern (at
-# most S + 1 blocks per tile) never takes it and 'random' (~13 S at G = 4) always does.
+# block-major launch at all), "blocks" = all. With the default 2, the 'recent' pattern (at
+# most S + 1 blocks per tile) never takes it and 'random' (~13 S at G = 4) does except for
+# the first tiles, which see few blocks (2 was measured best of 1, 2, 4, 8 on the H200:
+# docs/perf/nsa.md, v6).
 FORWARD_SCHEDULE = "auto"
 FORWARD_SCHEDULES = ("auto", "tile", "blocks")
-BLOCK_PATH_RATIO = 3
+BLOCK_PATH_RATIO = 2
 # "auto" considers the block-major path only for groups of at most this many query heads:
 # at G >= 16 one token's heads fill a tensor-core tile on their own, while the block-major
 # partials grow with G (and are allocated on every call, B * Hkv * T * S * G * D elements).
