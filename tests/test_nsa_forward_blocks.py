@@ -229,10 +229,12 @@ def test_block_path_is_deterministic(schedule, monkeypatch):
 def test_partial_chunk_sizes(rows, waves, window, schedule, monkeypatch):
     """fp32 chunks of 2 entries (one program per chunk), of 32 entries (most of a block's
     places padding, one persistent program per head) and of 8, with persistent programs
-    walking many chunks each; list windows of 1, 2 and 4 tiles."""
+    walking many chunks each; list windows of 1, 2 and 4 tiles; the combine with one
+    program per tile or persistent programs walking many tiles."""
     schedule("blocks")
     monkeypatch.setattr(forward_blocks, "CHUNK_ROWS", rows)
     monkeypatch.setattr(forward_blocks, "LIST_WINDOW", window)
+    monkeypatch.setattr(forward_blocks, "COMBINE_WAVES", waves)
     monkeypatch.setattr(forward_blocks, "PARTIAL_WAVES", waves)
     B, Hq, Hkv, T, D, bs, S = 1, 8, 2, 47, 32, 16, 3
     q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=36)

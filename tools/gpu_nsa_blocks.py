@@ -78,6 +78,7 @@ KNOBS = [
     (nsa_blocks, "PARTIAL_WAVES"),
     (nsa_blocks, "PARTIAL_STAGES"),
     (nsa_blocks, "COMBINE_WARPS"),
+    (nsa_blocks, "COMBINE_WAVES"),
     (nsa_blocks, "LIST_WINDOW"),
 ]
 OUT_LINES = []

@@ -62,14 +62,16 @@ from .forward import LN2, _kept, _sorted_runs, _tile_rows, window_tiles
 # Tuning knobs, read at call time: query rows (list entries x padded group) per chunk of the
 # partial kernel (16-bit inputs; fp32 takes half), its warps, and its persistent programs
 # per SM over all (b, kv head) (None: one program per chunk, a static bound on the chunk
-# count) and its software-pipeline stages (1: no pipelining); warps of the combine; blocks
-# per prefix-sum step; tokens per list window (None: one window).
+# count) and its software-pipeline stages (1: no pipelining); warps of the combine and its
+# persistent programs per SM (None: one program per tile); blocks per prefix-sum step;
+# tokens per list window (None: one window).
 # Defaults from tools/gpu_nsa_blocks.py's sweeps on the H200 (docs/perf/nsa.md, v4 and v6).
 CHUNK_ROWS = 128
 PARTIAL_WARPS = 4
 PARTIAL_WAVES = 16
 PARTIAL_STAGES = 2
 COMBINE_WARPS = 16
+COMBINE_WAVES = 8
 PREFIX_BLOCK = 4096
 LIST_WINDOW = 4096
 
@@ -201,45 +203,62 @@ def _partial_kernel(
 
 
 @triton.jit
-def _combine_kernel(
-    IDX, COUNT, PART_O, PART_L, O, LSE, T, NB, Hq, G, MIN_BLOCKS,
+def _combine_tile(
+    IDX, PART_O, PART_L, O, LSE, pid_t, i_bh, T, NB, Hq, G,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
     BLOCK_G: tl.constexpr,
 ):  # fmt: skip
     """o and lse of the rows of one block-handled tile from their slots' partials (step 5),
     slot by slot in a fixed order, with a running max as in the online softmax."""
+    Hkv = Hq // G
+    i_t, i_g, row_ok = _tile_rows(pid_t, T, G, BLOCK_T, BLOCK_G)
+    i_d = tl.arange(0, D)
+    o_row = (((i_bh // Hkv) * Hq + (i_bh % Hkv) * G + i_g).to(tl.int64) * T + i_t) * D
+    o_slot0 = i_bh.to(tl.int64) * T * S + i_t * S  # flat slot index of each row's slot 0
+    b_m = tl.full([BLOCK_T * BLOCK_G], float("-inf"), tl.float32)
+    b_l = tl.zeros([BLOCK_T * BLOCK_G], tl.float32)
+    b_acc = tl.zeros([BLOCK_T * BLOCK_G, D], tl.float32)
+    for s in tl.static_range(S):
+        # Only kept slots were given a partial: the others are never read.
+        b_j = tl.load(IDX + o_slot0 + s, mask=row_ok, other=-1)
+        kept = row_ok & _kept(b_j, i_t, T, NB, BS)
+        o_part = (o_slot0 + s) * G + i_g
+        b_ls = tl.load(PART_L + o_part, mask=kept, other=float("-inf"))
+        p_o = PART_O + o_part[:, None] * D + i_d[None, :]
+        b_o = tl.load(p_o, mask=kept[:, None], other=0.0).to(tl.float32)
+        m_new = tl.maximum(b_m, b_ls)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with no kept slot yet
+        alpha = tl.exp2(b_m - m_safe)
+        b_w = tl.exp2(b_ls - m_safe)  # 0 for dropped slots
+        b_l = b_l * alpha + b_w
+        b_acc = b_acc * alpha[:, None] + b_w[:, None] * b_o
+        b_m = m_new
+    has_key = b_l > 0
+    b_l = tl.where(has_key, b_l, 1.0)
+    b_lse = tl.where(has_key, (b_m + tl.log2(b_l)) * LN2, float("-inf"))
+    p_out = O + o_row[:, None] + i_d[None, :]
+    tl.store(p_out, (b_acc / b_l[:, None]).to(O.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(LSE + o_row // D, b_lse, mask=row_ok)
+
+
+@triton.jit
+def _combine_kernel(
+    IDX, COUNT, PART_O, PART_L, O, LSE, T, NB, Hq, G, MIN_BLOCKS, N_TILES,
+    S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+):  # fmt: skip
+    """Tiles pid, pid + num_programs, ... of one (b, kv head): the block-handled ones are
+    combined, the others skipped (persistent programs: on the 'recent' pattern no tile is
+    block-handled, and a few programs reading the counts cost less than one per tile)."""
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)
-    if tl.load(COUNT + i_bh.to(tl.int64) * tl.num_programs(0) + pid_t) > MIN_BLOCKS:
-        Hkv = Hq // G
-        i_t, i_g, row_ok = _tile_rows(pid_t, T, G, BLOCK_T, BLOCK_G)
-        i_d = tl.arange(0, D)
-        o_row = (((i_bh // Hkv) * Hq + (i_bh % Hkv) * G + i_g).to(tl.int64) * T + i_t) * D
-        o_slot0 = i_bh.to(tl.int64) * T * S + i_t * S  # flat slot index of each row's slot 0
-        b_m = tl.full([BLOCK_T * BLOCK_G], float("-inf"), tl.float32)
-        b_l = tl.zeros([BLOCK_T * BLOCK_G], tl.float32)
-        b_acc = tl.zeros([BLOCK_T * BLOCK_G, D], tl.float32)
-        for s in tl.static_range(S):
-            # Only kept slots were given a partial: the others are never read.
-            b_j = tl.load(IDX + o_slot0 + s, mask=row_ok, other=-1)
-            kept = row_ok & _kept(b_j, i_t, T, NB, BS)
-            o_part = (o_slot0 + s) * G + i_g
-            b_ls = tl.load(PART_L + o_part, mask=kept, other=float("-inf"))
-            p_o = PART_O + o_part[:, None] * D + i_d[None, :]
-            b_o = tl.load(p_o, mask=kept[:, None], other=0.0).to(tl.float32)
-            m_new = tl.maximum(b_m, b_ls)
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with no kept slot yet
-            alpha = tl.exp2(b_m - m_safe)
-            b_w = tl.exp2(b_ls - m_safe)  # 0 for dropped slots
-            b_l = b_l * alpha + b_w
-            b_acc = b_acc * alpha[:, None] + b_w[:, None] * b_o
-            b_m = m_new
-        has_key = b_l > 0
-        b_l = tl.where(has_key, b_l, 1.0)
-        b_lse = tl.where(has_key, (b_m + tl.log2(b_l)) * LN2, float("-inf"))
-        p_out = O + o_row[:, None] + i_d[None, :]
-        tl.store(p_out, (b_acc / b_l[:, None]).to(O.dtype.element_ty), mask=row_ok[:, None])
-        tl.store(LSE + o_row // D, b_lse, mask=row_ok)
+    while pid_t < N_TILES:
+        if tl.load(COUNT + i_bh.to(tl.int64) * N_TILES + pid_t) > MIN_BLOCKS:
+            _combine_tile(
+                IDX, PART_O, PART_L, O, LSE, pid_t, i_bh, T, NB, Hq, G, S, D, BS, BLOCK_T,
+                BLOCK_G,
+            )  # fmt: skip
+        pid_t += tl.num_programs(0)
 
 
 def _multiprocessors(device):
@@ -332,8 +351,12 @@ def block_major_forward(
         BLOCK_G=block_g, PREC=prec, STAGES=PARTIAL_STAGES,
         PIPELINED=not isinstance(_partial_kernel, InterpretedFunction), num_warps=PARTIAL_WARPS,
     )  # fmt: skip
-    _combine_kernel[(counts.shape[1], BH)](
+    n_tiles = counts.shape[1]
+    n_comb = n_tiles
+    if COMBINE_WAVES is not None:
+        n_comb = min(n_tiles, triton.cdiv(COMBINE_WAVES * _multiprocessors(q.device), BH))
+    _combine_kernel[(n_comb, BH)](
         block_idx, counts, part_o, part_l, o, lse, dims.T, dims.NB, dims.Hq, dims.G,
-        min_blocks, S=dims.S, D=dims.D, BS=dims.block_size, BLOCK_T=block_t, BLOCK_G=block_g,
-        num_warps=COMBINE_WARPS,
+        min_blocks, n_tiles, S=dims.S, D=dims.D, BS=dims.block_size, BLOCK_T=block_t,
+        BLOCK_G=block_g, num_warps=COMBINE_WARPS,
     )  # fmt: skip
