@@ -29,8 +29,8 @@ CUDA graph):
    (p @ v) / l and lse_part = m + log2(l) (base 2), stored at PART_O[bh, t, s, g, :] /
    PART_L[bh, t, s, g]. Every kept block has a visible key (j * bs <= t), so lse_part is
    finite. Programs are persistent (PARTIAL_WAVES) and walk their chunks in a loop that
-   Triton software-pipelines (PARTIAL_STAGES): the loop body has no inner loop and no
-   branch, so the next chunks' list entries, gathered q rows and K/V blocks are copied to
+   Triton software-pipelines (PARTIAL_STAGES): the loop body has no inner loop (its one
+   branch, the causal mask, holds no load), so the next chunks' list entries, gathered q rows and K/V blocks are copied to
    shared memory while this chunk computes. A block chosen by every token (block 0 of the
    'random' pattern) simply fills many chunks, so the load is balanced by construction;
    the padding costs at most one partly empty chunk per list.
