@@ -139,15 +139,17 @@ def test_auto_without_block_tiles_equals_tile_schedule(schedule):
         fwd(q, k, v, idx, bs)
 
 
-def test_special_indices_int64_and_scale(schedule):
+@pytest.mark.parametrize("scale", [0.37, -0.6])
+def test_special_indices_int64_and_scale(scale, schedule):
     """int64 ids (one that wraps to a valid block in int32 must stay dropped), -1/-2, >= NB,
-    future blocks, rows with no key, a custom scale."""
+    future blocks, rows with no key, a custom scale (a negative one too: the block path
+    then cannot take the row max before scaling)."""
     schedule("blocks")
     B, Hq, Hkv, T, D, bs, S = 1, 4, 2, 50, 32, 16, 4
     q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=33)
     idx = odd_block_idx(B, Hkv, T, bs, S, seed=4).long()
     idx[0, 0, 20] = torch.tensor([2, 3, -1, 2**32 + 1])
-    o, lse = check_forward(q, k, v, idx, bs, scale=0.37)
+    o, lse = check_forward(q, k, v, idx, bs, scale=scale)
     assert torch.isinf(lse[0, :2, [3, 20, T - 1]]).all()
 
 
@@ -168,10 +170,12 @@ def test_block_lists_are_the_inverse_of_block_idx(chunk, windows):
     assert handled.any() and (~handled).any()
     hist = torch.zeros(4, windows * NB, dtype=torch.int32)
     assert torch.equal(forward.tile_block_lists(idx, bs, block_t, hist, thr)[1], counts)
-    row_ptr, col, blk = forward_blocks.block_lists(idx, counts, hist, thr, bs, block_t, chunk)
+    row_ptr, col, code = forward_blocks.block_lists(idx, counts, hist, thr, bs, block_t, chunk)
     assert not hist.any()
     NL = windows * NB
-    assert row_ptr.shape == (4, NL + 1) and col.shape == blk.shape == (4, T * S + NL * chunk)
+    L = T * S + NL * chunk
+    assert row_ptr.shape == (4, NL + 1) and col.shape == (4, L)
+    assert code.shape == (4, -(-L // chunk))
     assert (row_ptr[:, 0] == 0).all() and (row_ptr % chunk == 0).all()
     want = {}
     flat = idx.view(4, T, S)
@@ -186,10 +190,17 @@ def test_block_lists_are_the_inverse_of_block_idx(chunk, windows):
             n = len(want.get((bh, i_l), []))
             assert hi - lo == -(-n // chunk) * chunk
             assert sorted(col[bh, lo : lo + n].tolist()) == want.get((bh, i_l), [])
-            got = blk[bh, lo : lo + n]
-            assert (got // 2 == i_l % NB).all()
-            assert torch.equal(got % 2 == 1, col[bh, lo : lo + n] // S // bs == i_l % NB)
             assert (col[bh, lo + n : hi] == -1).all()
+            want_code = chunk_codes(col[bh, lo:hi], i_l % NB, S, bs, chunk)
+            assert torch.equal(code[bh, lo // chunk : hi // chunk], want_code)
+        assert (code[bh, row_ptr[bh, NL].item() // chunk :] == -1).all()
+
+
+def chunk_codes(places, j, S, bs, chunk):
+    """Codes of the chunks of one list's places (entries, then -1): 2 j + 1 where an entry's
+    token lies inside block j, else 2 j."""
+    inside = (places >= 0) & (places // S // bs == j)
+    return 2 * j + inside.view(-1, chunk).any(1).int()
 
 
 def test_block_path_is_deterministic(schedule, monkeypatch):
@@ -210,13 +221,15 @@ def test_block_path_is_deterministic(schedule, monkeypatch):
 
     def shuffled(*args):
         """Each block's places permuted, padding included: a chunk may start with it."""
-        row_ptr, col, blk = real(*args)
+        row_ptr, col, code = real(*args)
+        chunk = args[-1]
         for bh in range(row_ptr.shape[0]):
-            for j in range(row_ptr.shape[1] - 1):
-                lo, hi = row_ptr[bh, j].item(), row_ptr[bh, j + 1].item()
-                perm = lo + torch.randperm(hi - lo, generator=gen)
-                col[bh, lo:hi], blk[bh, lo:hi] = col[bh, perm], blk[bh, perm]
-        return row_ptr, col, blk
+            for i_l in range(row_ptr.shape[1] - 1):
+                lo, hi = row_ptr[bh, i_l].item(), row_ptr[bh, i_l + 1].item()
+                col[bh, lo:hi] = col[bh, lo + torch.randperm(hi - lo, generator=gen)]
+                j = i_l % -(-T // bs)
+                code[bh, lo // chunk : hi // chunk] = chunk_codes(col[bh, lo:hi], j, S, bs, chunk)
+        return row_ptr, col, code
 
     monkeypatch.setattr(forward_blocks, "block_lists", shuffled)
     again = fwd(q, k, v, idx, bs, return_lse=True)

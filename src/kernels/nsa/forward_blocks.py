@@ -19,9 +19,10 @@ CUDA graph):
 3. `_fill_kernel` (a counting sort, no torch.sort): per block-handled tile, its kept slots
    are sorted by (block, slot) in registers; each run of one block claims its places at the
    head of the list of (its window, block) with one atomic that counts HIST[bh, w, j] down,
-   and writes there the flat slot index t * S + s (COL) and the block (BLK, with a flag for
-   a token inside the block: only such rows need the causal mask). The order of
-   tiles inside a list depends on the atomics' order: it is nondeterministic.
+   and writes there the flat slot index t * S + s (COL); an atomic max gives each chunk of
+   places its code (CODE: the block, with a flag for a token inside the block: only such
+   chunks need the causal mask). The order of tiles inside a list depends on the atomics'
+   order: it is nondeterministic.
 4. `_partial_kernel`: the lists of one (b, kv head) are cut into chunks of CHUNK entries
    (CHUNK * BLOCK_G query rows: the G heads of each entry's token). A chunk lies inside one
    block's list, so its block's K_j and V_j are loaded once, multiplied with the chunk's
@@ -47,8 +48,8 @@ lse are bitwise reproducible although the lists' order is not.
 
 Memory: the partials take B * Hkv * T * S * G * D elements in q's dtype (bf16/fp16: each
 of the <= S partials is rounded like the output itself; fp32 stays fp32) plus
-B * Hkv * T * S * G fp32 lse values, O(T); the lists take 2 * B * Hkv * (T * S + NL * CHUNK)
-int32.
+B * Hkv * T * S * G fp32 lse values, O(T); the lists take B * Hkv * (T * S + NL * CHUNK)
+int32 and their chunk codes 1 / CHUNK of that.
 """
 
 import torch
@@ -94,8 +95,9 @@ def _prefix_kernel(HIST, ROW_PTR, NL, CHUNK: tl.constexpr, PB: tl.constexpr):
 
 @triton.jit
 def _fill_kernel(
-    IDX, COUNT, HIST, ROW_PTR, COL, BLK, T, NB, NW, TPW, L, MIN_BLOCKS,
+    IDX, COUNT, HIST, ROW_PTR, COL, CODE, T, NB, NW, TPW, L, NC, MIN_BLOCKS,
     S: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, L_PAD: tl.constexpr,
+    CHUNK: tl.constexpr,
 ):  # fmt: skip
     """Place the kept slots of one block-handled tile in their blocks' lists (step 3)."""
     pid_t = tl.program_id(0)
@@ -120,19 +122,24 @@ def _fill_kernel(
         b_top = tl.atomic_add(p_hist, start - i_e - 1, mask=last & valid, sem="relaxed")
         b_top = tl.gather(b_top, end, 0)
         b_ptr = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NW * NB + 1) + i_list, mask=valid, other=0)
-        pos = i_bh.to(tl.int64) * L + b_ptr + b_top - (end - i_e) - 1
-        tl.store(COL + pos, i_slot, mask=valid)
-        # The block, and whether the slot's token lies inside it (the causal mask matters).
-        tl.store(BLK + pos, 2 * b_j + (i_slot // S < (b_j + 1) * BS), mask=valid)
+        place = b_ptr + b_top - (end - i_e) - 1
+        tl.store(COL + i_bh.to(tl.int64) * L + place, i_slot, mask=valid)
+        # The chunk's code: its block, and whether any of its tokens lies inside the block
+        # (only then does the causal mask matter). All entries of a chunk share the block,
+        # so the max over them is 2 j + 1 as soon as one entry needs the mask.
+        b_code = 2 * b_j + (i_slot // S < (b_j + 1) * BS)
+        p_code = CODE + i_bh.to(tl.int64) * NC + place // CHUNK
+        tl.atomic_max(p_code, b_code, mask=valid, sem="relaxed")
 
 
 @triton.jit
 def _partial_chunk(
-    Q, K, V, COL, BLK, PART_O, PART_L, c, o_list, o_slots, o_head, p_kv, T, G, qk_scale,
+    Q, K, V, COL, CODE, PART_O, PART_L, c, o_list, o_code, o_slots, o_head, p_kv, T, G, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
-    BLOCK_G: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_G: tl.constexpr, PREC: tl.constexpr, SCALE_POS: tl.constexpr,
 ):  # fmt: skip
-    """Partial softmax of every real row of chunk c over the chunk's block (step 4)."""
+    """Partial softmax of every real row of chunk c over the chunk's block (step 4).
+    SCALE_POS: qk_scale > 0, so that the row max can be taken before scaling."""
     # Row r of a chunk is head r % BLOCK_G of the chunk's entry r // BLOCK_G.
     i_r = tl.arange(0, CHUNK * BLOCK_G)
     i_g = i_r % BLOCK_G
@@ -140,10 +147,9 @@ def _partial_chunk(
     i_e = c * CHUNK + i_r // BLOCK_G
     i_slot = tl.load(COL + o_list + i_e)  # -1 on padding
     ok = (i_slot >= 0) & (i_g < G)
-    # All real entries of a chunk belong to one block j; BLK = 2 j + 1 for an entry whose
-    # token lies inside block j, so the max over the chunk also says whether any row
-    # needs the causal mask (-1: the chunk has no real row).
-    b_code = tl.max(tl.where(ok, tl.load(BLK + o_list + i_e), -1), 0)
+    # The chunk's block j and whether any row needs the causal mask (CODE = 2 j + 1), one
+    # scalar written by the fill kernel: no reduction over the chunk's rows here.
+    b_code = tl.load(CODE + o_code + c)
     j = b_code // 2
     i_t = i_slot // S
     o_q = ((o_head + i_g).to(tl.int64) * T + i_t) * D
@@ -152,13 +158,23 @@ def _partial_chunk(
     k_ok = ((i_k >= 0) & (i_k < T))[:, None]
     b_k = tl.load(K + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
     b_v = tl.load(V + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
-    b_s = tl.dot(b_q, tl.trans(b_k), input_precision=PREC) * qk_scale
+    b_s = tl.dot(b_q, tl.trans(b_k), input_precision=PREC)
+    if not SCALE_POS:
+        b_s = b_s * qk_scale
     if b_code % 2 == 1:
-        # Padding rows (q = 0) need no mask: their finite scores are never stored.
         b_s = tl.where(i_k[None, :] <= i_t[:, None], b_s, float("-inf"))
-    b_m = tl.where(ok, tl.max(b_s, axis=1), 0.0)  # finite on real rows (key j * BS <= t)
-    b_p = tl.exp2(b_s - b_m[:, None])
-    b_l = tl.where(ok, tl.sum(b_p, axis=1), 1.0)  # >= 1 on real rows
+    # Row statistics in the layout of the scores: finite on real rows (key j * BS <= t),
+    # l >= 1 there. A padding row may get m = -inf and NaN in p, l and o: a product's rows
+    # are independent, and padding rows are never stored, so they are not masked here
+    # (masking them would move the row vectors between layouts, through shared memory).
+    if SCALE_POS:
+        # A positive scale commutes with the max: one multiply-add per score, not two ops.
+        b_m = tl.max(b_s, axis=1) * qk_scale
+        b_p = tl.exp2(b_s * qk_scale - b_m[:, None])
+    else:
+        b_m = tl.max(b_s, axis=1)
+        b_p = tl.exp2(b_s - b_m[:, None])
+    b_l = tl.sum(b_p, axis=1)
     b_o = tl.dot(b_p.to(b_v.dtype), b_v, input_precision=PREC) * (1.0 / b_l)[:, None]
     o_part = (o_slots + i_slot) * G + i_g
     p_o = PART_O + o_part[:, None] * D + i_d[None, :]
@@ -168,9 +184,9 @@ def _partial_chunk(
 
 @triton.jit
 def _partial_kernel(
-    Q, K, V, ROW_PTR, COL, BLK, PART_O, PART_L, T, NL, Hq, G, L, qk_scale,
+    Q, K, V, ROW_PTR, COL, CODE, PART_O, PART_L, T, NL, Hq, G, L, NC, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
-    BLOCK_G: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr,
+    BLOCK_G: tl.constexpr, PREC: tl.constexpr, SCALE_POS: tl.constexpr, STAGES: tl.constexpr,
     PIPELINED: tl.constexpr,
 ):  # fmt: skip
     """Chunks pid, pid + num_programs, ... of the lists of one (b, kv head) (step 4).
@@ -183,21 +199,22 @@ def _partial_kernel(
     Hkv = Hq // G
     o_head = (i_bh // Hkv) * Hq + (i_bh % Hkv) * G  # first query head of the group
     o_list = i_bh.to(tl.int64) * L
+    o_code = i_bh.to(tl.int64) * NC
     o_slots = i_bh.to(tl.int64) * T * S
     p_kv = i_bh.to(tl.int64) * T * D
     n_chunks = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NL + 1) + NL) // CHUNK
     if PIPELINED:
         for c in tl.range(pid, n_chunks, n_prog, num_stages=STAGES):
             _partial_chunk(
-                Q, K, V, COL, BLK, PART_O, PART_L, c, o_list, o_slots, o_head, p_kv, T, G,
-                qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC,
+                Q, K, V, COL, CODE, PART_O, PART_L, c, o_list, o_code, o_slots, o_head, p_kv, T, G,
+                qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC, SCALE_POS,
             )  # fmt: skip
     else:
         c = pid
         while c < n_chunks:
             _partial_chunk(
-                Q, K, V, COL, BLK, PART_O, PART_L, c, o_list, o_slots, o_head, p_kv, T, G,
-                qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC,
+                Q, K, V, COL, CODE, PART_O, PART_L, c, o_list, o_code, o_slots, o_head, p_kv, T, G,
+                qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC, SCALE_POS,
             )  # fmt: skip
             c += n_prog
 
@@ -296,9 +313,10 @@ def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t, chunk)
             order, then -1 up to the chunk boundary (fewer than chunk of them).
         col: int32 [B * Hkv, T * S + NL * chunk] flat slot indices t * S + s (past
             row_ptr[bh, NL]: unwritten).
-        blk: int32, col's shape: 2 * block + 1 for an entry whose token lies inside its
-            block (the causal mask matters), 2 * block otherwise (unwritten on padding).
-    A fill and two kernel launches, no host sync.
+        code: int32 [B * Hkv, cdiv(L, chunk)] per chunk of places (col[bh, c * chunk :
+            (c + 1) * chunk]): 2 * block + 1 when one of its entries' tokens lies inside
+            its block (the causal mask matters), else 2 * block; -1 past the lists.
+    Two fills and two kernel launches, no host sync.
     """
     B, Hkv, T, S = block_idx.shape
     BH, NL, dev = B * Hkv, hist.shape[1], block_idx.device
@@ -307,15 +325,15 @@ def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t, chunk)
     L = T * S + NL * chunk
     row_ptr = torch.empty(BH, NL + 1, dtype=torch.int32, device=dev)
     col = torch.full((BH, L), -1, dtype=torch.int32, device=dev)  # -1: padding
-    blk = torch.empty(BH, L, dtype=torch.int32, device=dev)
+    code = torch.full((BH, triton.cdiv(L, chunk)), -1, dtype=torch.int32, device=dev)
     _prefix_kernel[(BH,)](hist, row_ptr, NL, CHUNK=chunk, PB=PREFIX_BLOCK, num_warps=4)
     _fill_kernel[(counts.shape[1], BH)](
-        block_idx, counts, hist, row_ptr, col, blk, T, NB, NW,
-        window_tiles(counts.shape[1], NW), L, min_blocks,
+        block_idx, counts, hist, row_ptr, col, code, T, NB, NW,
+        window_tiles(counts.shape[1], NW), L, code.shape[1], min_blocks,
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=triton.next_power_of_2(block_t * S),
-        num_warps=4,
+        CHUNK=chunk, num_warps=4,
     )  # fmt: skip
-    return row_ptr, col, blk
+    return row_ptr, col, code
 
 
 def block_major_forward(
@@ -336,7 +354,7 @@ def block_major_forward(
     # Entries per chunk (rows / padded group) for 16-bit inputs; fp32 (IEEE dots without
     # tensor cores) takes half.
     chunk = max(1, CHUNK_ROWS * 2 // q.element_size() // block_g)
-    row_ptr, col, blk = block_lists(
+    row_ptr, col, code = block_lists(
         block_idx, counts, hist, min_blocks, dims.block_size, block_t, chunk
     )  # fmt: skip
     part_o = _checks.new_empty((BH, dims.T, dims.S, dims.G, dims.D), q.dtype, q.device)
@@ -346,9 +364,10 @@ def block_major_forward(
     if PARTIAL_WAVES is not None:
         n_chunks = min(n_chunks, triton.cdiv(PARTIAL_WAVES * _multiprocessors(q.device), BH))
     _partial_kernel[(n_chunks, BH)](
-        q, k, v, row_ptr, col, blk, part_o, part_l, dims.T, n_lists, dims.Hq, dims.G,
-        col.shape[1], qk_scale, S=dims.S, D=dims.D, BS=dims.block_size, CHUNK=chunk,
-        BLOCK_G=block_g, PREC=prec, STAGES=PARTIAL_STAGES,
+        q, k, v, row_ptr, col, code, part_o, part_l, dims.T, n_lists, dims.Hq, dims.G,
+        col.shape[1], code.shape[1], qk_scale, S=dims.S, D=dims.D, BS=dims.block_size,
+        CHUNK=chunk, BLOCK_G=block_g, PREC=prec, SCALE_POS=qk_scale > 0,
+        STAGES=PARTIAL_STAGES,
         PIPELINED=not isinstance(_partial_kernel, InterpretedFunction), num_warps=PARTIAL_WARPS,
     )  # fmt: skip
     n_tiles = counts.shape[1]
