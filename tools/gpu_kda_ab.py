@@ -1,0 +1,92 @@
+"""A/B of KDA verify knob settings in one process: checks, then cold timings alternated.
+
+    PYTHONPATH=src python3 tools/gpu_kda_ab.py --set A 'MOD.NAME=VALUE ...' --set B '...'
+        [--batch 1 16 64] [--modes fused fused+ring] [--rounds 2]
+
+MOD is `common`, `fused_verify` or `recurrent` (modules of kernels.kda); VALUE a Python
+literal (None included). Each setting is first checked in bf16 against the reference at
+B = 4 and 64 (`gpu_check_kda.check_mode`, every mode, safe gate) and for ring bit-equality
+at B = 64; then, per batch and mode, the settings are timed in turn, `--rounds` times, on
+the same cold buffer sets (`gpu_check_kda`: a CUDA graph of calls over enough input sets that
+no call finds its state in L2; median of 5 samples), and the best round of each is printed
+with its ratio to the first setting. Timing the settings in one process, interleaved,
+takes the card and the process out of the comparison.
+"""
+
+import argparse
+import ast
+import json
+import os
+import statistics
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.join(ROOT, "tools"), os.path.join(ROOT, "src")]
+
+import gpu_check_kda as chk  # noqa: E402
+
+from kernels.kda import common, fused_verify, recurrent  # noqa: E402
+
+MODULES = {"common": common, "fused_verify": fused_verify, "recurrent": recurrent}
+MODES = ("unfused", "unfused+ring", "fused", "fused+ring")
+
+
+def parse(spec):
+    out = []
+    for item in spec.split():
+        target, value = item.split("=", 1)
+        mod, name = target.split(".", 1)
+        if mod not in MODULES or not hasattr(MODULES[mod], name):
+            raise SystemExit(f"unknown knob {target}")
+        out.append((MODULES[mod], name, ast.literal_eval(value)))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--set", nargs=2, action="append", metavar=("NAME", "KNOBS"), required=True)
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64])
+    ap.add_argument("--modes", nargs="+", default=list(MODES))
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    settings = {name: parse(spec) for name, spec in args.set}
+    knobs = {(m, n) for s in settings.values() for m, n, _ in s}
+    defaults = {key: getattr(*key) for key in knobs}
+
+    def use(name):
+        for (mod, knob), value in defaults.items():
+            setattr(mod, knob, value)
+        for mod, knob, value in settings[name]:
+            setattr(mod, knob, value)
+
+    bad = []
+    for name in settings:
+        use(name)
+        for B in (4, 64):
+            for mode in MODES:
+                if not chk.check_mode(mode, B, 8, -5.0)[1]:
+                    bad.append(f"{name} {mode} B={B}")
+        if not all(chk.check_ring_bits(64, 8, -5.0).values()):
+            bad.append(f"{name} ring bits")
+    print(json.dumps({"checks_ok": not bad, "failed": bad}), flush=True)
+    first = next(iter(settings))
+    for B in args.batch:
+        sets = chk.cold_sets(B, 8, 200)
+        for mode in args.modes:
+            times = {}
+            for _ in range(args.rounds):
+                for name in settings:
+                    use(name)
+                    fns = [chk.runner(mode, s, B, 8, -5.0) for s in sets]
+                    us = statistics.median(chk.bench(fns, 20) for _ in range(5))
+                    times.setdefault(name, []).append(us)
+            best = {name: min(xs) for name, xs in times.items()}
+            cells = " ".join(
+                f"{n}={t:.2f} ({t / best[first]:.3f})" for n, t in best.items()
+            )  # fmt: skip
+            print(f"{mode} B={B} cold us: {cells}", flush=True)
+        del sets
+
+
+if __name__ == "__main__":
+    main()

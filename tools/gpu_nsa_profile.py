@@ -1,0 +1,73 @@
+"""One process: the NSA forward (`auto` schedule) at the seed shape, T = 32768, both patterns,
+timed with the suite's timer, and the random pattern's device time per kernel.
+
+    PYTHONPATH=src python3 tools/gpu_nsa_profile.py TAG [KNOB=VALUE ...]    (about 15 s)
+
+KNOB=VALUE sets a `kernels.nsa.forward_blocks` knob (e.g. PARTIAL_STAGES=3) for the run.
+Prints one JSON line: the tag, ms per call for 'random' and 'recent' (median of
+`benchmarks.common.per_call_seconds`: 2 calls captured in a CUDA graph, as the asv suite
+times them) and ms per call of each block-path kernel (torch.profiler, 5 eager calls).
+For an A/B of two commits, run it from two checkouts in turn, alternating, on one GPU:
+cards of one model differ by several percent on this memory-bound path.
+"""
+
+import ast
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.join(ROOT, "src"), ROOT]
+
+from benchmarks.common import per_call_seconds  # noqa: E402
+from kernels.nsa import forward_blocks, selection_forward_triton  # noqa: E402
+from kernels.nsa.indices import make_block_idx_random, make_block_idx_recent  # noqa: E402
+
+KERNELS = ("_partial_kernel", "_combine_kernel", "_fill_kernel", "_sel_fwd_kernel",
+           "_tile_list_kernel", "_prefix_kernel")  # fmt: skip
+
+
+def main():
+    tag, knobs = sys.argv[1], sys.argv[2:]
+    for kv in knobs:
+        name, value = kv.split("=", 1)
+        if not hasattr(forward_blocks, name):
+            raise SystemExit(f"unknown knob {name}")
+        setattr(forward_blocks, name, ast.literal_eval(value))
+    B, Hq, Hkv, T, D, bs, S = 1, 16, 4, 32768, 64, 64, 16
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (
+        torch.randn(B, h, T, D, device="cuda", dtype=torch.bfloat16, generator=g)
+        for h in (Hq, Hkv, Hkv)
+    )
+    res = {"tag": tag}
+    for pattern in ("random", "recent"):
+        if pattern == "random":
+            idx = make_block_idx_random(B, Hkv, T, bs, S, "cuda", 0)
+        else:
+            idx = make_block_idx_recent(B, Hkv, T, bs, S, "cuda")
+
+        def call():
+            return selection_forward_triton(q, k, v, idx, bs)
+
+        res[pattern] = round(statistics.median(per_call_seconds([call], 2)) * 1e3, 4)
+        if pattern == "random":
+            from torch.profiler import ProfilerActivity, profile
+
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(5):
+                    call()
+                torch.cuda.synchronize()
+            for evt in prof.key_averages():
+                us = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
+                name = next((n for n in KERNELS if n in evt.key), None)
+                if name and us:
+                    res[name] = round(us / 5 / 1e3, 4)
+    print(json.dumps(res), flush=True)
+
+
+if __name__ == "__main__":
+    main()
