@@ -129,7 +129,8 @@ def test_pr_gate_rules():
     wf = load(ROOT / ".github" / "workflows" / "gpu-pr-gate.yml")
     assert wf["on"] == {"pull_request": {"types": ["opened", "synchronize", "reopened", "labeled"]}}
     assert wf["permissions"] == {}
-    assert wf["env"]["GATE_FACTOR"] == "1.02"
+    assert wf["env"]["GATE_FACTOR"] == "1.01"
+    assert wf["env"]["GATE_EXTRA_ARGS"] == "-a rounds=2 --interleave-rounds"
     gate, comment = wf["jobs"]["gate"], wf["jobs"]["comment"]
     cond = " ".join(gate["if"].split())
     assert "github.event.pull_request.head.repo.full_name == github.repository" in cond

@@ -22,7 +22,7 @@
 # a first call left in results/.
 #
 # Other knobs: MACHINE (default h200), ATTNBENCH_SUITE=nightly, BENCH (asv -b regex for run),
-# FACTOR (default 1.02, the gate's), LAUNCH (asv --launch-method, default from asv.conf.json),
+# FACTOR (default 1.01, the gate's), CONT_ARGS (default the gate's "-a rounds=2 --interleave-rounds"), LAUNCH (asv --launch-method, default from asv.conf.json),
 # WHEELHOUSE (default .whl).
 # Writes to $OUT (at most 6 files): summary.txt, gpu_asv.log, results.tar.gz,
 # report.tar.gz, html.tar.gz.
@@ -36,7 +36,8 @@ STAGES=${STAGES:-run compare continuous publish}
 COMMITS=${COMMITS:-3}
 DEADLINE_S=${DEADLINE_S:-540}
 MACHINE=${MACHINE:-h200}
-FACTOR=${FACTOR:-1.02}
+FACTOR=${FACTOR:-1.01}
+CONT_ARGS=${CONT_ARGS:--a rounds=2 --interleave-rounds}
 CONT_BENCH=${CONT_BENCH:-NsaForward.track_time|KdaVerify.track_time}
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
@@ -98,7 +99,7 @@ if has_stage continuous && in_time continuous; then
     if [ "$SRC_SAME" = yes ]; then
         t0=$(date +%s)
         "${ASV[@]}" continuous HEAD~1 HEAD --machine "$MACHINE" --factor "$FACTOR" \
-            -b "$CONT_BENCH" --show-stderr "${LM[@]}" | tee -a "$SUMMARY"
+            -b "$CONT_BENCH" --show-stderr "${LM[@]}" $CONT_ARGS | tee -a "$SUMMARY"
         note "continuous (A/A, -b '$CONT_BENCH'): exit ${PIPESTATUS[0]}, $(($(date +%s) - t0)) s"
     else
         note "continuous skipped: src/ changed between HEAD~1 and HEAD (not an A/A)"

@@ -27,9 +27,10 @@
 # Anything past DEADLINE_S seconds (default 540) is skipped with a note, so one call fits a
 # 10-minute limit; call again for the rest.
 #
-# Other knobs: MACHINE (default h200), FACTOR (default 1.02, the gate's), DETECT_KERNELS
-# (default "nsa kda"), CONT_ARGS (more `asv continuous` arguments for aa and detect, e.g.
-# "-a rounds=2": more processes per side), SWEEP_FACTORS (the summary's post-hoc factor
+# Other knobs: MACHINE (default h200), FACTOR (default 1.01, the gate's), DETECT_KERNELS
+# (default "nsa kda"), CONT_ARGS (more `asv continuous` arguments for aa and detect, default
+# the gate's "-a rounds=2 --interleave-rounds"; CONT_ARGS= for one process per side),
+# SWEEP_FACTORS (the summary's post-hoc factor
 # sweep; factors below FACTOR are skipped), DETECT_EXTRAS_NSA / DETECT_EXTRAS_KDA (EXTRA amounts to calibrate and test
 # instead of the targets' search), CAL_REPS (default 3), ASV_ENV_DIR (default .asv/env, shared with
 # tools/gpu_asv.sh), LAUNCH, WHEELHOUSE, HOST_PY, ATTNBENCH_SMOKE (1: the CPU smoke suite).
@@ -46,7 +47,7 @@ START=$(date +%s)
 STAGES=${STAGES:-noise aa detect}
 DEADLINE_S=${DEADLINE_S:-540}
 MACHINE=${MACHINE:-h200}
-FACTOR=${FACTOR:-1.02}
+FACTOR=${FACTOR:-1.01}
 STUDY=${STUDY:-$ROOT/.asv/gate_study}
 TIMINGS='\.track_time(_cold)?\('
 NOISE_N=${NOISE_N:-5}
@@ -56,7 +57,7 @@ AA_BENCH=${AA_BENCH:-$TIMINGS}
 DETECT_TRIES=${DETECT_TRIES:-3}
 DETECT_KERNELS=${DETECT_KERNELS:-nsa kda}
 DETECT_TARGETS=${DETECT_TARGETS:-1 2 5 10}
-CONT_ARGS=${CONT_ARGS:-}  # more asv continuous arguments for aa and detect, e.g. "-a rounds=2"
+CONT_ARGS=${CONT_ARGS--a rounds=2 --interleave-rounds}  # the gate's; CONT_ARGS= for none
 SWEEP_FACTORS=${SWEEP_FACTORS:-1.01 1.015 1.02 1.03 1.05}
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
