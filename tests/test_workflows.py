@@ -125,6 +125,19 @@ def test_gpu_jobs_read_only_with_timeouts_and_caches():
             assert job["concurrency"]["cancel-in-progress"] is False
 
 
+def test_gpu_tools_default_to_the_gate_settings():
+    """The GPU scripts' defaults (`tools/gpu_asv.sh`'s A/A continuous stage, the gate study's
+    A/A and detection runs) are the gate's own factor and extra arguments, so that what
+    they measure is what the gate does."""
+    env = load(ROOT / ".github" / "workflows" / "gpu-pr-gate.yml")["env"]
+    for script in ("gpu_asv.sh", "gpu_gate_study.sh"):
+        text = (ROOT / "tools" / script).read_text()
+        factor = re.search(r"^FACTOR=\$\{FACTOR:-([0-9.]+)\}", text, re.M)
+        cont = re.search(r"^CONT_ARGS=\$\{CONT_ARGS:?-([^}]*)\}", text, re.M)
+        assert factor and factor.group(1) == env["GATE_FACTOR"], script
+        assert cont and cont.group(1) == env["GATE_EXTRA_ARGS"], script
+
+
 def test_pr_gate_rules():
     wf = load(ROOT / ".github" / "workflows" / "gpu-pr-gate.yml")
     assert wf["on"] == {"pull_request": {"types": ["opened", "synchronize", "reopened", "labeled"]}}
