@@ -154,12 +154,9 @@ def _delta_step(b_S, b_q, b_k, b_v, b_g, b_beta, K: tl.constexpr, KC: tl.constex
 
 @triton.jit
 def _step_inputs(b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T: tl.constexpr,
-                 SAFE_GATE: tl.constexpr, CLOSED: tl.constexpr):  # fmt: skip
+                 SAFE_GATE: tl.constexpr):  # fmt: skip
     """Per-step vectors that do not depend on the state, as tuples of T rows:
-    (g [K], beta (scalar), normalized and scaled q [K], normalized k [K]), all fp32, and
-    for the closed form (see `_verify_steps`; else ()) a tuple (kd, qd, c, d): kd[t] =
-    exp(G_t) k_t and qd[t] = exp(G_t) q_t ([K]), c[t][s] and d[t][s] (scalars, s <= t;
-    c[t][t] unused).
+    (g [K], beta (scalar), normalized and scaled q [K], normalized k [K]), all fp32.
 
     They are computed once per program, before its loop over state sub-tiles; b_q, b_k,
     b_a, b_b are tuples of the T input rows (q and k already in the input dtype)."""
@@ -175,33 +172,7 @@ def _step_inputs(b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T: 
         b_beta = b_beta + (b_bt,)
         b_qn = b_qn + (_l2norm(b_q[t].to(tl.float32), 1e-6) * scale,)
         b_kn = b_kn + (_l2norm(b_k[t].to(tl.float32), 1e-6),)
-    b_cf = ()
-    if CLOSED:
-        b_kd = ()
-        b_qd = ()
-        b_c = ()
-        b_d = ()
-        b_G = ()
-        for t in tl.static_range(T):
-            b_Gt = b_g[t] if t == 0 else b_G[t - 1] + b_g[t]
-            b_G = b_G + (b_Gt,)
-            b_kd = b_kd + (tl.exp(b_Gt) * b_kn[t],)
-            b_qd = b_qd + (tl.exp(b_Gt) * b_qn[t],)
-            b_ct = ()
-            b_dt = ()
-            for s in tl.static_range(t + 1):
-                # Plain reductions over K: scalars, once per program.
-                if s < t:
-                    b_kE = b_kn[s] * tl.exp(b_Gt - b_G[s])
-                    b_ct = b_ct + (tl.sum(b_kE * b_kn[t], axis=0),)
-                    b_dt = b_dt + (tl.sum(b_kE * b_qn[t], axis=0),)
-                else:
-                    b_ct = b_ct + (0.0,)
-                    b_dt = b_dt + (tl.sum(b_kn[t] * b_qn[t], axis=0),)
-            b_c = b_c + (b_ct,)
-            b_d = b_d + (b_dt,)
-        b_cf = (b_kd, b_qd, b_c, b_d)
-    return b_g, b_beta, b_qn, b_kn, b_cf
+    return b_g, b_beta, b_qn, b_kn
 
 
 @triton.jit
@@ -223,7 +194,6 @@ def _verify_steps(
     b_v,
     b_g,
     b_beta,
-    b_cf,
     valid,
     p_o,
     s_o_n,
@@ -239,72 +209,27 @@ def _verify_steps(
     SNAPSHOT: tl.constexpr,
     SNAP_CM: tl.constexpr,
     RING: tl.constexpr,
-    CLOSED: tl.constexpr,
-    NEED_STATE: tl.constexpr,
 ):
     """The T steps of one state sub-tile (SUB_V rows, in `_tile_ptrs`' shape); returns
-    the state after the last step when NEED_STATE (or SNAPSHOT), else the state it was given.
+    the state after the last step.
 
-    b_qs, b_ks, b_g, b_beta, b_cf: from `_step_inputs`; b_v: tuple of the T rows of this
-    sub-tile's value channels (input dtype). Per step: o (zeros where not `valid`), then the
-    saves: the state sub-tile (SNAPSHOT) or its slice of rawv (RING; the shared ring
-    entries are `_store_ring_shared`'s). Nothing but o is written unless `valid`.
-
-    CLOSED picks how u_t = beta_t (v_t - S_{t-1} diag(exp g_t) k_t) and o_t = S_t q_t are
-    found. Stepwise (`_delta_step`): each step decays and updates the whole tile and takes
-    two row sums of it, so the T steps form one chain of 2T dependent reductions. Closed:
-    with G_t = g_0 + ... + g_t and E_ts = exp(G_t - G_s) (per key channel, <= 1),
-
-        S_{t-1} diag(exp g_t) k_t = S_0 (exp(G_t) k_t) + sum_{s<t} c_ts u_s,
-        S_t q_t = S_0 (exp(G_t) q_t) + sum_{s<=t} d_ts u_s,
-
-    with c_ts = sum_i k_s[i] k_t[i] E_ts[i] and d_ts = sum_i k_s[i] q_t[i] E_ts[i], scalars
-    of the head (`_step_inputs` computes them and exp(G_t) k_t, exp(G_t) q_t once per
-    program). So the tile is read by 2T independent row sums of the *initial* state,
-    and u and o follow from a T x T recurrence on [rows] vectors. The tile itself is then
-    only updated (S <- S diag(exp g_t) + u_t k_t^T, as stepwise) where a state is stored:
-    the snapshots, or the final state (NEED_STATE). Same math, other fp32 rounding of u
-    and o; the ring holds no state, so its bytes do not depend on CLOSED.
+    b_qs, b_ks, b_g, b_beta: tuples from `_step_inputs`; b_v: tuple of the T rows of this
+    sub-tile's value channels (input dtype). Per step: the delta step, o (zeros where not
+    `valid`), then the saves: the state sub-tile (SNAPSHOT) or its slice of rawv (RING;
+    the shared ring entries are `_store_ring_shared`'s). Nothing but o is written unless
+    `valid`.
     """
     m_v = valid & (o_v >= 0)
-    if CLOSED:
-        b_kd, b_qd, b_c, b_d = b_cf
-        # The 2T row sums of the initial state: independent of one another.
-        b_P = ()
-        b_R = ()
-        for t in tl.static_range(T):
-            b_P = b_P + (_key_sum(b_S * _key_vec(b_kd[t], K, KC), K, KC),)
-            b_R = b_R + (_key_sum(b_S * _key_vec(b_qd[t], K, KC), K, KC),)
-        b_u = ()
-        for t in tl.static_range(T):
-            b_x = b_v[t].to(tl.float32) - b_P[t]
-            b_o = b_R[t]
-            for s in tl.static_range(t):
-                b_x -= b_c[t][s] * b_u[s]
-                b_o += b_d[t][s] * b_u[s]
-            b_ut = b_beta[t] * b_x
-            b_u = b_u + (b_ut,)
-            b_o += b_d[t][t] * b_ut
-            tl.store(p_o + t * s_o_n, tl.where(valid, b_o, 0.0).to(p_o.dtype.element_ty))
-            if SNAPSHOT or NEED_STATE:
-                b_k = _key_vec(b_ks[t], K, KC)
-                b_S = b_S * _key_vec(tl.exp(b_g[t]), K, KC) + _tile_rows(b_ut, K, KC) * b_k
-            if SNAPSHOT:
-                p = _tile_ptrs(p_snap + t * s_snap_t, o_v, s_snap_v, K, KC)
-                tl.store(p, b_S, mask=_tile_rows(m_v, K, KC), cache_modifier=SNAP_CM)
-            if RING:
-                tl.store(p_rawv + t * s_rawv_r + o_v, b_v[t].to(p_rawv.dtype.element_ty), mask=m_v)
-    else:
-        for t in tl.static_range(T):
-            b_S, b_o = _delta_step(
-                b_S, b_qs[t], b_ks[t], b_v[t].to(tl.float32), b_g[t], b_beta[t], K, KC
-            )
-            tl.store(p_o + t * s_o_n, tl.where(valid, b_o, 0.0).to(p_o.dtype.element_ty))
-            if SNAPSHOT:
-                p = _tile_ptrs(p_snap + t * s_snap_t, o_v, s_snap_v, K, KC)
-                tl.store(p, b_S, mask=_tile_rows(m_v, K, KC), cache_modifier=SNAP_CM)
-            if RING:
-                tl.store(p_rawv + t * s_rawv_r + o_v, b_v[t].to(p_rawv.dtype.element_ty), mask=m_v)
+    for t in tl.static_range(T):
+        b_S, b_o = _delta_step(
+            b_S, b_qs[t], b_ks[t], b_v[t].to(tl.float32), b_g[t], b_beta[t], K, KC
+        )
+        tl.store(p_o + t * s_o_n, tl.where(valid, b_o, 0.0).to(p_o.dtype.element_ty))
+        if SNAPSHOT:
+            p = _tile_ptrs(p_snap + t * s_snap_t, o_v, s_snap_v, K, KC)
+            tl.store(p, b_S, mask=_tile_rows(m_v, K, KC), cache_modifier=SNAP_CM)
+        if RING:
+            tl.store(p_rawv + t * s_rawv_r + o_v, b_v[t].to(p_rawv.dtype.element_ty), mask=m_v)
     return b_S
 
 
@@ -494,19 +419,6 @@ def snapshot_cache_modifier():
     if cm not in ("", ".cs", ".cg", ".wt"):
         raise ValueError(f'SNAPSHOT_CACHE_MODIFIER must be "", ".cs", ".cg" or ".wt", got {cm!r}')
     return cm
-
-
-# How the recurrence kernels find each step's u and o (see `_verify_steps`), read at every
-# call: "closed" (2T independent row sums of the initial state) or "steps" (the delta rule
-# step by step, a chain of 2T dependent row sums).
-VERIFY_FORM = "closed"
-
-
-def closed_form():
-    """CLOSED kernel argument: VERIFY_FORM, checked."""
-    if VERIFY_FORM not in ("closed", "steps"):
-        raise ValueError(f'VERIFY_FORM must be "closed" or "steps", got {VERIFY_FORM!r}')
-    return VERIFY_FORM == "closed"
 
 
 def pick_tile(mode, knobs, B, V, K):

@@ -36,7 +36,6 @@ from .common import (
     check_lower_bound,
     check_state_and_saves,
     check_tensor,
-    closed_form,
     key_chunk,
     pick_tile,
     save_args,
@@ -77,11 +76,11 @@ def _load_v_rows(p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_
 
 
 @triton.jit
-def _value_steps(b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_g, b_beta, b_cf, valid, p_win, s_win_c,
+def _value_steps(b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_g, b_beta, valid, p_win, s_win_c,
                  s_win_t, s_win_w, c_v, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
                  o_sv, T: tl.constexpr, W: tl.constexpr, K: tl.constexpr, KC: tl.constexpr,
-                 SNAPSHOT: tl.constexpr, SNAP_CM: tl.constexpr, RING: tl.constexpr,
-                 CLOSED: tl.constexpr):  # fmt: skip
+                 SNAPSHOT: tl.constexpr, SNAP_CM: tl.constexpr,
+                 RING: tl.constexpr):  # fmt: skip
     """One group of value rows: their conv outputs (rounded like the unfused kernel's) and
     windows, then the T delta steps with o and the saves."""
     b_v = ()
@@ -90,8 +89,8 @@ def _value_steps(b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_g, b_beta, b_cf, valid, p_
     m_sv = valid & (o_sv >= 0)
     _store_windows(p_win + c_v * s_win_c, s_win_t, s_win_w, b_xv, T, W, m_sv)
     _verify_steps(
-        b_S, b_qs, b_ks, b_v, b_g, b_beta, b_cf, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
-        s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, SNAP_CM, RING, CLOSED, False,
+        b_S, b_qs, b_ks, b_v, b_g, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
+        s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, SNAP_CM, RING,
     )  # fmt: skip
 
 
@@ -167,7 +166,6 @@ def _fused_verify_kernel(
     SNAPSHOT: tl.constexpr,
     SNAP_CM: tl.constexpr,
     RING: tl.constexpr,
-    CLOSED: tl.constexpr,
 ):
     i_n = tl.program_id(0)
     i_hv = tl.program_id(1)
@@ -240,13 +238,13 @@ def _fused_verify_kernel(
             p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0, s_h0_v,
             c_v0 + o_sv, o_sv, valid, T, W, K, KC, HAS_BIAS,
         )  # fmt: skip
-        b_g, b_beta, b_qs, b_ks, b_cf = _step_inputs(
-            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, CLOSED
+        b_g, b_beta, b_qs, b_ks = _step_inputs(
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
         )
         _value_steps(
-            b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_g, b_beta, b_cf, valid, p_win, s_win_c, s_win_t,
+            b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_g, b_beta, valid, p_win, s_win_c, s_win_t,
             s_win_w, c_v0 + o_sv, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
-            o_sv, T, W, K, KC, SNAPSHOT, SNAP_CM, RING, CLOSED,
+            o_sv, T, W, K, KC, SNAPSHOT, SNAP_CM, RING,
         )  # fmt: skip
         _store_windows(p_win + c_q * s_win_c, s_win_t, s_win_w, b_xq, T, W, m_k & own_k)
         _store_windows(p_win + c_k * s_win_c, s_win_t, s_win_w, b_xk, T, W, m_k & own_k)
@@ -258,8 +256,8 @@ def _fused_verify_kernel(
     else:
         _store_windows(p_win + c_q * s_win_c, s_win_t, s_win_w, b_xq, T, W, m_k & own_k)
         _store_windows(p_win + c_k * s_win_c, s_win_t, s_win_w, b_xk, T, W, m_k & own_k)
-        b_g, b_beta, b_qs, b_ks, b_cf = _step_inputs(
-            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, CLOSED
+        b_g, b_beta, b_qs, b_ks = _step_inputs(
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
         )
         if RING:
             _store_ring_shared(
@@ -273,9 +271,9 @@ def _fused_verify_kernel(
                 c_v0 + o_sv, o_sv, valid, T, W, K, KC, HAS_BIAS,
             )  # fmt: skip
             _value_steps(
-                b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_g, b_beta, b_cf, valid, p_win, s_win_c, s_win_t,
+                b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_g, b_beta, valid, p_win, s_win_c, s_win_t,
                 s_win_w, c_v0 + o_sv, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
-                o_sv, T, W, K, KC, SNAPSHOT, SNAP_CM, RING, CLOSED,
+                o_sv, T, W, K, KC, SNAPSHOT, SNAP_CM, RING,
             )  # fmt: skip
 
 
@@ -434,7 +432,6 @@ def fused_kda_conv_gating_verify(
         SNAPSHOT=intermediate_states_buffer is not None,
         SNAP_CM=snapshot_cache_modifier(),
         RING=bool(cache_ring),
-        CLOSED=closed_form(),
         num_warps=num_warps,
     )  # fmt: skip
     return o

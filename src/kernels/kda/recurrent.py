@@ -27,7 +27,6 @@ from .common import (
     check_lower_bound,
     check_state_and_saves,
     check_tensor,
-    closed_form,
     key_chunk,
     pick_tile,
     save_args,
@@ -106,7 +105,6 @@ def _recurrent_verify_kernel(
     RING: tl.constexpr,
     STORE_FINAL: tl.constexpr,
     KC: tl.constexpr,
-    CLOSED: tl.constexpr,
 ):
     i_n = tl.program_id(0)
     i_hv = tl.program_id(1)
@@ -145,19 +143,18 @@ def _recurrent_verify_kernel(
         m_S = _tile_rows(valid & (o_sv >= 0), K, KC)
         b_v = _load_rows(p_v + o_sv, s_v_n, T, None)
         b_S = tl.load(p_S, mask=m_S, other=0.0)
-        b_g, b_beta, b_qs, b_ks, b_cf = _step_inputs(
-            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, CLOSED
+        b_g, b_beta, b_qs, b_ks = _step_inputs(
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
         )
         b_S = _verify_steps(
-            b_S, b_qs, b_ks, b_v, b_g, b_beta, b_cf, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
-            s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, SNAP_CM, RING, CLOSED,
-            STORE_FINAL,
+            b_S, b_qs, b_ks, b_v, b_g, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
+            s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, SNAP_CM, RING,
         )  # fmt: skip
         if STORE_FINAL:
             tl.store(p_S, b_S, mask=m_S)
     else:
-        b_g, b_beta, b_qs, b_ks, b_cf = _step_inputs(
-            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, CLOSED
+        b_g, b_beta, b_qs, b_ks = _step_inputs(
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
         )
         for i_s in tl.range(0, BLOCK_V // SUB_V, num_stages=STAGES):
             o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
@@ -166,9 +163,8 @@ def _recurrent_verify_kernel(
             b_v = _load_rows(p_v + o_sv, s_v_n, T, None)
             b_S = tl.load(p_S, mask=m_S, other=0.0)
             b_S = _verify_steps(
-                b_S, b_qs, b_ks, b_v, b_g, b_beta, b_cf, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
-                s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, SNAP_CM, RING, CLOSED,
-                STORE_FINAL,
+                b_S, b_qs, b_ks, b_v, b_g, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
+                s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, SNAP_CM, RING,
             )  # fmt: skip
             if STORE_FINAL:
                 tl.store(p_S, b_S, mask=m_S)
@@ -349,7 +345,6 @@ def fused_sigmoid_gating_delta_rule_update(
         RING=bool(cache_ring),
         STORE_FINAL=not disable_state_update,
         KC=kc,
-        CLOSED=closed_form(),
         num_warps=num_warps,
     )  # fmt: skip
     return o
