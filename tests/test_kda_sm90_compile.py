@@ -4,8 +4,8 @@ The interpreter runs the kernels' Python, not the compiler: a kernel that only f
 Triton's GPU lowering (tuples in loops, layouts, register pressure) would pass every CPU
 test. `tools/compile_kda_sm90.py` compiles through the public wrappers down to a cubin
 with ptxas and reads registers and local memory from it; this runs it on the shipped
-tiles' shapes, the sub-tile loop (with and without pipelining), both work orders and
-the ring modes' chunk form.
+tiles' shapes, the sub-tile loop (with and without pipelining), both work orders, and
+state tiles with and without key chunks.
 """
 
 import os

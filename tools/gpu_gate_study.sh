@@ -30,8 +30,8 @@
 # Other knobs: MACHINE (default h200), FACTOR (default 1.01, the gate's), DETECT_KERNELS
 # (default "nsa kda"), CONT_ARGS (more `asv continuous` arguments for aa and detect, default
 # the gate's "-a rounds=2 --interleave-rounds"; CONT_ARGS= for one process per side),
-# SWEEP_FACTORS (the summary's post-hoc factor
-# sweep; factors below FACTOR are skipped), DETECT_EXTRAS_NSA / DETECT_EXTRAS_KDA (EXTRA amounts to calibrate and test
+# SWEEP_FACTORS (the summary's post-hoc factor sweep; factors below FACTOR are skipped),
+# DETECT_EXTRAS_NSA / DETECT_EXTRAS_KDA (EXTRA amounts to calibrate and test
 # instead of the targets' search), CAL_REPS (default 3), ASV_ENV_DIR (default .asv/env, shared with
 # tools/gpu_asv.sh), LAUNCH, WHEELHOUSE, HOST_PY, ATTNBENCH_SMOKE (1: the CPU smoke suite).
 # Writes to $OUT (3 files): summary.md (tables), gate_study.log (everything), study.tar.gz
