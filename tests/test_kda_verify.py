@@ -358,8 +358,13 @@ def test_tile_table_and_knobs(monkeypatch):
 
 @pytest.mark.parametrize(
     "knob,value",
-    [("KDA_VERIFY_STATE_FIRST", 1), ("KDA_VERIFY_BLOCK_V", 3)],
-    ids=["state-first-not-bool", "block-v-not-pow2"],
+    [
+        ("KDA_VERIFY_STATE_FIRST", 1),
+        ("KDA_VERIFY_BLOCK_V", 3),
+        ("KDA_VERIFY_MAXNREG", 16),
+        ("KDA_VERIFY_MAXNREG", 168.0),
+    ],
+    ids=["state-first-not-bool", "block-v-not-pow2", "maxnreg-too-small", "maxnreg-not-int"],
 )
 def test_fused_knob_rejects_bad_value(knob, value, device, monkeypatch):
     """A bad fused-kernel knob is refused, naming it, before anything is written."""
@@ -368,6 +373,20 @@ def test_fused_knob_rejects_bad_value(knob, value, device, monkeypatch):
     with pytest.raises(ValueError, match=knob):
         make_runner("fused", inp, 1, 2, 1, 1, 16, 16)()
     assert bool(inp["win_pool"].isnan().all())
+
+
+def test_recurrent_maxnreg_knob(device, monkeypatch):
+    """The recurrent kernel's register cap: a bad value is refused, naming it, before the
+    kernel runs; a valid one is a launch option only (results unchanged under the
+    interpreter, which ignores it; its effect on the GPU is in docs/perf/kda.md)."""
+    B, T, H, HV, K, V = 2, 2, 1, 1, 16, 16
+    monkeypatch.setattr(rec_mod, "RECURRENT_MAXNREG", 300)
+    inp = make_inputs(B, T, H, HV, K, V, torch.float32, device)
+    with pytest.raises(ValueError, match="RECURRENT_MAXNREG"):
+        make_runner("unfused+ring", inp, B, T, H, HV, K, V)()
+    assert bool(inp["rawv"].isnan().all())
+    monkeypatch.setattr(rec_mod, "RECURRENT_MAXNREG", 168)
+    run_and_check("unfused+ring", B, T, H, HV, K, V, torch.float32, device)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -20,6 +20,8 @@ import os
 import statistics
 import sys
 
+import torch
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "tools"), os.path.join(ROOT, "src")]
 
@@ -60,15 +62,24 @@ def main():
             setattr(mod, knob, value)
 
     bad = []
+    errs = {}
     for name in settings:
         use(name)
         for B in (4, 64):
             for mode in MODES:
-                if not chk.check_mode(mode, B, 8, -5.0)[1]:
+                m, ok = chk.check_mode(mode, B, 8, -5.0)
+                errs[f"{name} {mode} B={B} bf16"] = m["o_err"]
+                if not ok:
                     bad.append(f"{name} {mode} B={B}")
         if not all(chk.check_ring_bits(64, 8, -5.0).values()):
             bad.append(f"{name} ring bits")
+        # o's relative error with fp32 inputs too (the checks above are bf16's).
+        chk.DT = torch.float32
+        for mode in args.modes:
+            errs[f"{name} {mode} B=64 fp32"] = chk.check_mode(mode, 64, 8, -5.0)[0]["o_err"]
+        chk.DT = torch.bfloat16
     print(json.dumps({"checks_ok": not bad, "failed": bad}), flush=True)
+    print(json.dumps({"o_err": {k: f"{v:.2e}" for k, v in errs.items()}}), flush=True)
     first = next(iter(settings))
     for B in args.batch:
         sets = chk.cold_sets(B, 8, 200)

@@ -421,6 +421,16 @@ def snapshot_cache_modifier():
     return cm
 
 
+def maxnreg_kwargs(name, value):
+    """Launch keywords of a register cap knob (None: no cap, ptxas chooses): {"maxnreg": n}
+    for an int n in 24..255; checked, so a bad value raises before anything runs."""
+    if value is None:
+        return {}
+    if not isinstance(value, int) or isinstance(value, bool) or not 24 <= value <= 255:
+        raise ValueError(f"{name} must be None or an int in 24..255, got {value!r}")
+    return {"maxnreg": value}
+
+
 def pick_tile(mode, knobs, B, V, K):
     """(BLOCK_V, SUB_V, num_warps, stages) of `mode` at batch B.
 

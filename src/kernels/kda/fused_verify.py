@@ -37,6 +37,7 @@ from .common import (
     check_state_and_saves,
     check_tensor,
     key_chunk,
+    maxnreg_kwargs,
     pick_tile,
     save_args,
     snapshot_cache_modifier,
@@ -49,6 +50,8 @@ KDA_VERIFY_BLOCK_V = None
 KDA_VERIFY_SUB_V = None
 KDA_VERIFY_NUM_WARPS = None
 KDA_VERIFY_STAGES = None
+# Register cap per thread (ptxas maxnreg) of the kernel, read at every call: None = none.
+KDA_VERIFY_MAXNREG = None
 # Order of a one-piece tile's work (see the kernel, step 4): None = state first for
 # batches up to STATE_FIRST_MAX_B (measured better at B=1, worse at B=16 and 64 by asv,
 # docs/perf/kda.md v5); a bool forces it.
@@ -433,5 +436,6 @@ def fused_kda_conv_gating_verify(
         SNAP_CM=snapshot_cache_modifier(),
         RING=bool(cache_ring),
         num_warps=num_warps,
+        **maxnreg_kwargs("KDA_VERIFY_MAXNREG", KDA_VERIFY_MAXNREG),
     )  # fmt: skip
     return o

@@ -28,6 +28,7 @@ from .common import (
     check_state_and_saves,
     check_tensor,
     key_chunk,
+    maxnreg_kwargs,
     pick_tile,
     save_args,
     snapshot_cache_modifier,
@@ -40,6 +41,8 @@ RECURRENT_BLOCK_V = None
 RECURRENT_SUB_V = None
 RECURRENT_NUM_WARPS = None
 RECURRENT_STAGES = None
+# Register cap per thread (ptxas maxnreg) of the kernel, read at every call: None = none.
+RECURRENT_MAXNREG = None
 
 
 @triton.jit
@@ -346,5 +349,6 @@ def fused_sigmoid_gating_delta_rule_update(
         STORE_FINAL=not disable_state_update,
         KC=kc,
         num_warps=num_warps,
+        **maxnreg_kwargs("RECURRENT_MAXNREG", RECURRENT_MAXNREG),
     )  # fmt: skip
     return o
