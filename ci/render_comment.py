@@ -20,7 +20,7 @@ GPU type's directory.
 
 Usage:
     python -m ci.render_comment meta gate/ --base B --head H --machine h200 \
-        --factor 1.01 --exit-code 1
+        --factor 1.015 --exit-code 1
     python -m ci.render_comment render gate-*/ --run-url URL --out comment.md
 """
 

@@ -142,7 +142,7 @@ def test_pr_gate_rules():
     wf = load(ROOT / ".github" / "workflows" / "gpu-pr-gate.yml")
     assert wf["on"] == {"pull_request": {"types": ["opened", "synchronize", "reopened", "labeled"]}}
     assert wf["permissions"] == {}
-    assert wf["env"]["GATE_FACTOR"] == "1.01"
+    assert wf["env"]["GATE_FACTOR"] == "1.015"
     assert wf["env"]["GATE_EXTRA_ARGS"] == "-a rounds=2 --interleave-rounds"
     gate, comment = wf["jobs"]["gate"], wf["jobs"]["comment"]
     cond = " ".join(gate["if"].split())

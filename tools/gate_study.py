@@ -947,7 +947,7 @@ def main(argv=None):
     p.add_argument("--try", dest="try_", type=int)
     p = sub.add_parser("summary")
     p.add_argument("study", nargs="+")
-    p.add_argument("--factor", default="1.01", help="the factor the study ran with")
+    p.add_argument("--factor", default="1.015", help="the factor the study ran with")
     p.add_argument("--factors", type=float, nargs="+", default=(), help="post-hoc sweep")
     p.add_argument(
         "--min-slowdown",

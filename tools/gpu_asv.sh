@@ -22,7 +22,7 @@
 # a first call left in results/.
 #
 # Other knobs: MACHINE (default h200), ATTNBENCH_SUITE=nightly, BENCH (asv -b regex for run),
-# FACTOR (default 1.01, the gate's), CONT_ARGS (more `asv continuous` arguments, default the
+# FACTOR (default 1.015, the gate's), CONT_ARGS (more `asv continuous` arguments, default the
 # gate's "-a rounds=2 --interleave-rounds"; CONT_ARGS= for one process per side), LAUNCH
 # (asv --launch-method, default from asv.conf.json), WHEELHOUSE (default .whl).
 # Writes to $OUT (at most 6 files): summary.txt, gpu_asv.log, results.tar.gz,
@@ -37,7 +37,7 @@ STAGES=${STAGES:-run compare continuous publish}
 COMMITS=${COMMITS:-3}
 DEADLINE_S=${DEADLINE_S:-540}
 MACHINE=${MACHINE:-h200}
-FACTOR=${FACTOR:-1.01}
+FACTOR=${FACTOR:-1.015}
 CONT_ARGS=${CONT_ARGS--a rounds=2 --interleave-rounds}
 CONT_BENCH=${CONT_BENCH:-NsaForward.track_time|KdaVerify.track_time}
 SUMMARY=$OUT/summary.txt

@@ -27,7 +27,7 @@
 # Anything past DEADLINE_S seconds (default 540) is skipped with a note, so one call fits a
 # 10-minute limit; call again for the rest.
 #
-# Other knobs: MACHINE (default h200), FACTOR (default 1.01, the gate's), DETECT_KERNELS
+# Other knobs: MACHINE (default h200), FACTOR (default 1.015, the gate's), DETECT_KERNELS
 # (default "nsa kda"), CONT_ARGS (more `asv continuous` arguments for aa and detect, default
 # the gate's "-a rounds=2 --interleave-rounds"; CONT_ARGS= for one process per side),
 # SWEEP_FACTORS (the summary's post-hoc factor sweep; factors below FACTOR are skipped),
@@ -47,7 +47,7 @@ START=$(date +%s)
 STAGES=${STAGES:-noise aa detect}
 DEADLINE_S=${DEADLINE_S:-540}
 MACHINE=${MACHINE:-h200}
-FACTOR=${FACTOR:-1.01}
+FACTOR=${FACTOR:-1.015}
 STUDY=${STUDY:-$ROOT/.asv/gate_study}
 TIMINGS='\.track_time(_cold)?\('
 NOISE_N=${NOISE_N:-5}
