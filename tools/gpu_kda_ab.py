@@ -6,7 +6,8 @@
 MOD is `common`, `fused_verify` or `recurrent` (modules of kernels.kda); VALUE a Python
 literal (None included). Each setting is first checked in bf16 against the reference at
 B = 4 and 64 (`gpu_check_kda.check_mode`, every mode, safe gate) and for ring bit-equality
-at B = 64; then, per batch and mode, the settings are timed in turn, `--rounds` times, on
+at B = 64, and o's relative error is printed for each (with fp32 inputs too, B = 64, the
+timed modes); then, per batch and mode, the settings are timed in turn, `--rounds` times, on
 the same cold buffer sets (`gpu_check_kda`: a CUDA graph of calls over enough input sets that
 no call finds its state in L2; median of 5 samples), and the best round of each is printed
 with its ratio to the first setting. Timing the settings in one process, interleaved,
