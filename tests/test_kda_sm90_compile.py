@@ -47,3 +47,16 @@ def test_kernels_compile_for_sm90_without_spills(args):
     assert "0 compile errors or kernels with local memory" in r.stdout
     rows = [ln for ln in r.stdout.splitlines() if "_verify_kernel" in ln]
     assert len(rows) >= 6, r.stdout
+
+
+def test_register_cap_spills_are_reported():
+    """A register cap the B=64 tile does not fit (128 per thread: it takes about 220) is
+    applied (REG <= 128) and its spills are reported as a failure (stack frame), so the
+    test above can fail."""
+    r = _run("--modes", "fused+ring", "--block-v", "128", "--sub-v", "64", "--warps", "4",
+             "--key-chunk", "64", "--maxnreg", "128")  # fmt: skip
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "1 compile errors or kernels with local memory or a stack frame" in r.stdout
+    (row,) = [ln.split() for ln in r.stdout.splitlines() if "_fused_verify_kernel" in ln]
+    reg, stack = int(row[7]), int(row[8])
+    assert reg <= 128 and stack > 0, row
