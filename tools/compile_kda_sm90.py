@@ -135,7 +135,10 @@ def main():
         setattr(mod, name, _Capture(getattr(mod, name), compiled))
     B, lb = 2, (-5.0 if args.safe_gate else None)
     s = chk.make_set(B, args.hv, seed=0)
-    head = ("mode", "BV", "SUB", "st", "warps", "order", "kernel", "REG", "STACK", "LOCAL", "SHARED", "s")
+    head = (
+        "mode", "BV", "SUB", "st", "warps", "order", "kernel", "REG", "STACK", "LOCAL", "SHARED",
+        "s",
+    )  # fmt: skip
     fmt = "{:>13} {:>3} {:>3} {:>2} {:>5} {:>5} {:>30} {:>4} {:>5} {:>6} {:>7} {:>5}"
     print(fmt.format(*head))
     n_bad = 0
