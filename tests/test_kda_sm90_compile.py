@@ -3,9 +3,9 @@
 The interpreter runs the kernels' Python, not the compiler: a kernel that only fails in
 Triton's GPU lowering (tuples in loops, layouts, register pressure) would pass every CPU
 test. `tools/compile_kda_sm90.py` compiles through the public wrappers down to a cubin
-with ptxas and reads registers and local memory from it; this runs it on the shipped
-tiles' shapes, the sub-tile loop (with and without pipelining), both work orders, and
-state tiles with and without key chunks.
+with ptxas and reads registers, local memory and the stack frame (spills) from it; this
+runs it on the shipped tiles' shapes (no spills allowed), the sub-tile loop (with and
+without pipelining) in both work orders, and state tiles with and without key chunks.
 """
 
 import os
@@ -27,26 +27,37 @@ def _run(*args):
 
 
 @pytest.mark.parametrize(
-    "args",
+    "args,n_rows",
     [
         # B=2 in the tool: the small-batch tiles, fused kernel state first by default.
-        ["--block-v", "4", "8", "--warps", "1", "2", "4"],
-        # Wide programs in sub-tiles, plain and pipelined, in both work orders, with the
-        # state tiles in key chunks of 32.
-        ["--block-v", "64", "--sub-v", "0", "32", "--stages", "1", "2", "--warps", "4",
-         "--state-first", "on", "off", "--key-chunk", "32"],
-        # The plain [rows, K] state tile (no key chunks).
-        ["--modes", "fused", "unfused+ring", "--block-v", "4", "64", "--sub-v", "0", "32",
-         "--warps", "4", "--key-chunk", "128"],
+        (["--block-v", "4", "8", "--warps", "1", "2", "4"], 24),
+        # The B > 32 tiles of the table: 128-row programs in two 64-row sub-tiles, key
+        # chunks of 64, every mode.
+        (["--block-v", "128", "--sub-v", "64", "--warps", "4", "--key-chunk", "64"], 4),
+        # The plain [rows, K] state tile (no key chunks), one piece.
+        (["--modes", "fused", "unfused+ring", "--block-v", "4", "64", "--warps", "4",
+          "--key-chunk", "128"], 4),
     ],
-    ids=["small-tiles", "sub-tiles", "plain-tile"],
+    ids=["small-tiles", "wide-tiles", "plain-tile"],
 )  # fmt: skip
-def test_kernels_compile_for_sm90_without_spills(args):
+def test_kernels_compile_for_sm90_without_spills(args, n_rows):
     r = _run(*args)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "0 compile errors or kernels with local memory" in r.stdout
+    assert "0 compile errors, 0 kernels with spills" in r.stdout
     rows = [ln for ln in r.stdout.splitlines() if "_verify_kernel" in ln]
-    assert len(rows) >= 6, r.stdout
+    assert len(rows) == n_rows, r.stdout
+
+
+def test_sub_tile_loop_compiles_for_sm90():
+    """The sub-tile loop, plain and pipelined, in both work orders, with key chunks of 32:
+    every variant compiles. 64-row programs in 32-row sub-tiles spill at 4 warps (255
+    registers and a stack frame; pipelined, 64 to 192 bytes): they are not in the table,
+    and the report says so."""
+    r = _run("--block-v", "64", "--sub-v", "32", "--stages", "1", "2", "--warps", "4",
+             "--state-first", "on", "off", "--key-chunk", "32")  # fmt: skip
+    assert "0 compile errors," in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = [ln for ln in r.stdout.splitlines() if "_verify_kernel" in ln]
+    assert len(rows) == 12, r.stdout
 
 
 def test_register_cap_spills_are_reported():
@@ -56,7 +67,7 @@ def test_register_cap_spills_are_reported():
     r = _run("--modes", "fused+ring", "--block-v", "128", "--sub-v", "64", "--warps", "4",
              "--key-chunk", "64", "--maxnreg", "128")  # fmt: skip
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "1 compile errors or kernels with local memory or a stack frame" in r.stdout
+    assert "0 compile errors, 1 kernels with spills" in r.stdout
     (row,) = [ln.split() for ln in r.stdout.splitlines() if "_fused_verify_kernel" in ln]
     reg, stack = int(row[7]), int(row[8])
     assert reg <= 128 and stack > 0, row

@@ -141,7 +141,7 @@ def main():
     )  # fmt: skip
     fmt = "{:>13} {:>3} {:>3} {:>2} {:>5} {:>5} {:>30} {:>4} {:>5} {:>6} {:>7} {:>5}"
     print(fmt.format(*head))
-    n_bad = 0
+    n_err = n_spill = 0
     tiles = tile_grid(args.block_v, args.sub_v, args.stages, args.warps)
     orders = {"auto": None, "on": True, "off": False}
     first = tiles[0] if tiles else None
@@ -160,7 +160,7 @@ def main():
             try:
                 chk.runner(mode, s, B, args.hv, lb)()
             except Exception as e:  # report and go on
-                n_bad += 1
+                n_err += 1
                 print(f"{tag}  COMPILE ERROR {e!r}"[:400])
                 continue
             for kname, warps, ck in compiled:
@@ -174,9 +174,9 @@ def main():
                         r["LOCAL"], r["SHARED"], took,
                     )
                 )  # fmt: skip
-                n_bad += r["LOCAL"] > 0 or r.get("STACK", 0) > 0
-    print(f"{n_bad} compile errors or kernels with local memory or a stack frame (spills)")
-    return 1 if n_bad else 0
+                n_spill += r["LOCAL"] > 0 or r.get("STACK", 0) > 0
+    print(f"{n_err} compile errors, {n_spill} kernels with spills (local memory or a stack frame)")
+    return 1 if n_err or n_spill else 0
 
 
 if __name__ == "__main__":
