@@ -63,7 +63,7 @@ def test_sub_tile_loop_compiles_for_sm90():
 def test_register_cap_spills_are_reported():
     """A register cap the B=64 tile does not fit (128 per thread: it takes about 220) is
     applied (REG <= 128) and its spills are reported as a failure (stack frame), so the
-    test above can fail."""
+    no-spill test can fail."""
     r = _run("--modes", "fused+ring", "--block-v", "128", "--sub-v", "64", "--warps", "4",
              "--key-chunk", "64", "--maxnreg", "128")  # fmt: skip
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]

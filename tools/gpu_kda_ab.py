@@ -75,10 +75,10 @@ def main():
         if not all(chk.check_ring_bits(64, 8, -5.0).values()):
             bad.append(f"{name} ring bits")
         # o's relative error with fp32 inputs too (the checks above are bf16's).
-        chk.DT = torch.float32
+        dt, chk.DT = chk.DT, torch.float32
         for mode in args.modes:
             errs[f"{name} {mode} B=64 fp32"] = chk.check_mode(mode, 64, 8, -5.0)[0]["o_err"]
-        chk.DT = torch.bfloat16
+        chk.DT = dt
     print(json.dumps({"checks_ok": not bad, "failed": bad}), flush=True)
     print(json.dumps({"o_err": {k: f"{v:.2e}" for k, v in errs.items()}}), flush=True)
     first = next(iter(settings))
