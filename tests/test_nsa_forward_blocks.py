@@ -292,3 +292,57 @@ def test_bf16_on_gpu(G, pattern, sched, schedule):
     assert (lse[~empty] - rlse[~empty]).abs().max() < 2e-2
     again = fwd(q, k, v, idx, bs, return_lse=True)
     assert torch.equal(o, again[0]) and torch.equal(lse, again[1])
+
+
+def test_overlap_knob_is_checked_and_off_on_the_cpu(monkeypatch):
+    """OVERLAP_TILE_KERNEL: a non-bool is refused (naming the knob) before anything runs;
+    on the CPU (interpreter) there is no second stream whatever its value."""
+    assert forward.side_stream(torch.device("cpu")) is None
+    monkeypatch.setattr(forward, "OVERLAP_TILE_KERNEL", "yes")
+    with pytest.raises(ValueError, match="OVERLAP_TILE_KERNEL"):
+        forward.side_stream(torch.device("cpu"))
+    B, Hq, Hkv, T, D, bs, S = 1, 4, 1, 40, 32, 16, 3
+    q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=40)
+    idx = make_idx("random", B, Hkv, T, bs, S)
+    with pytest.raises(ValueError, match="OVERLAP_TILE_KERNEL"):
+        fwd(q, k, v, idx, bs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pattern", ["recent", "random"])
+def test_overlap_on_gpu_bitwise_and_in_a_graph(pattern, schedule, monkeypatch):
+    """bf16, 'auto' with ratio 1 (both paths serve tiles): with the tile kernel on its own
+    stream, o and lse are bitwise those of the one-stream call, also when the call is
+    captured in a CUDA graph and replayed on fresh inputs (the graph's fork and join)."""
+    schedule("auto", ratio=1)
+    B, Hq, Hkv, T, D, bs, S = 1, 16, 4, 2000, 64, 32, 16
+    g = torch.Generator(device="cuda").manual_seed(7)
+    q, k, v = [
+        torch.randn(B, H, T, D, generator=g, device="cuda", dtype=torch.bfloat16)
+        for H in (Hq, Hkv, Hkv)
+    ]
+    make = make_block_idx_recent if pattern == "recent" else make_block_idx_random
+    idx = make(B, Hkv, T, bs, S, "cuda")
+    monkeypatch.setattr(forward, "OVERLAP_TILE_KERNEL", False)
+    ref = fwd(q, k, v, idx, bs, return_lse=True)
+    monkeypatch.setattr(forward, "OVERLAP_TILE_KERNEL", True)
+    assert forward.side_stream(q.device) is not None
+    got = fwd(q, k, v, idx, bs, return_lse=True)
+    assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+    ro = selection_forward_reference(q.float(), k.float(), v.float(), idx, bs)
+    assert rel_err(got[0], ro) < 1e-2
+    # Captured, then replayed on new q values: the graph recomputes, still bitwise.
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fwd(q, k, v, idx, bs, return_lse=True)  # warm-up on the capture stream
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fwd(q, k, v, idx, bs, return_lse=True)
+    q.copy_(torch.randn(q.shape, generator=g, device="cuda", dtype=q.dtype))
+    graph.replay()
+    torch.cuda.synchronize()
+    monkeypatch.setattr(forward, "OVERLAP_TILE_KERNEL", False)
+    want = fwd(q, k, v, idx, bs, return_lse=True)
+    assert torch.equal(out[0], want[0]) and torch.equal(out[1], want[1])

@@ -3,7 +3,8 @@ timed with the suite's timer, and the random pattern's device time per kernel.
 
     PYTHONPATH=src python3 tools/gpu_nsa_profile.py TAG [KNOB=VALUE ...]    (about 15 s)
 
-KNOB=VALUE sets a `kernels.nsa.forward_blocks` knob (e.g. PARTIAL_STAGES=3) for the run.
+KNOB=VALUE sets a knob of `kernels.nsa.forward_blocks` (e.g. PARTIAL_STAGES=3) or, failing
+that, of `kernels.nsa.forward` (e.g. OVERLAP_TILE_KERNEL=False) for the run.
 Prints one JSON line: the tag, ms per call for 'random' and 'recent' (median of
 `benchmarks.common.per_call_seconds`: 2 calls captured in a CUDA graph, as the asv suite
 times them) and ms per call of each block-path kernel (torch.profiler, 5 eager calls).
@@ -23,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "src"), ROOT]
 
 from benchmarks.common import per_call_seconds  # noqa: E402
-from kernels.nsa import forward_blocks, selection_forward_triton  # noqa: E402
+from kernels.nsa import forward, forward_blocks, selection_forward_triton  # noqa: E402
 from kernels.nsa.indices import make_block_idx_random, make_block_idx_recent  # noqa: E402
 
 KERNELS = ("_partial_kernel", "_combine_kernel", "_fill_kernel", "_sel_fwd_kernel",
@@ -34,9 +35,10 @@ def main():
     tag, knobs = sys.argv[1], sys.argv[2:]
     for kv in knobs:
         name, value = kv.split("=", 1)
-        if not hasattr(forward_blocks, name):
+        module = next((m for m in (forward_blocks, forward) if hasattr(m, name)), None)
+        if module is None or not name.isupper():
             raise SystemExit(f"unknown knob {name}")
-        setattr(forward_blocks, name, ast.literal_eval(value))
+        setattr(module, name, ast.literal_eval(value))
     B, Hq, Hkv, T, D, bs, S = 1, 16, 4, 32768, 64, 64, 16
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (

@@ -39,6 +39,7 @@ fp32 inputs use tl.dot with input_precision="ieee" so results match the fp32 ref
 about 1e-5 on the GPU as well as in the interpreter.
 """
 
+import contextlib
 import os
 
 import torch
@@ -79,6 +80,15 @@ BLOCK_PATH_MAX_G = 8
 # many bytes: 1.1 GB at the seed shape (B=1, Hkv=4, G=4, D=64, S=16) at T=32768, linear in
 # B * T beyond it; past the cap "auto" keeps every tile on the token-major path.
 BLOCK_PATH_MAX_BYTES = 2 << 30
+# When some tiles may take the block-major path (a CUDA device, "auto" or "blocks"), run the
+# token-tile kernel on a second stream, beside the block-major kernels, instead of before
+# them. Under "auto" with the 'random' pattern the tile kernel serves only the first tiles
+# (few blocks each): a handful of long programs that leave most of the GPU idle, while the
+# block-major kernels need nothing the tile kernel writes (each row is written by one path).
+# Both streams are joined before the call returns, and a CUDA graph captures the fork and
+# join as parallel branches.
+OVERLAP_TILE_KERNEL = True
+_SIDE_STREAMS = {}
 
 
 def forward_stages(block_t):
@@ -393,6 +403,19 @@ def block_path_min_blocks(S, G, nbytes=0):
     return int(BLOCK_PATH_RATIO * S)
 
 
+def side_stream(device):
+    """The second stream of `OVERLAP_TILE_KERNEL` for a CUDA device (one per device, made on
+    first use), or None: knob off, or not a CUDA device (the interpreter runs in order)."""
+    if not isinstance(OVERLAP_TILE_KERNEL, bool):
+        raise ValueError(f"OVERLAP_TILE_KERNEL must be a bool, got {OVERLAP_TILE_KERNEL!r}")
+    if not OVERLAP_TILE_KERNEL or device.type != "cuda":
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SIDE_STREAMS:
+        _SIDE_STREAMS[index] = torch.cuda.Stream(device=index)
+    return _SIDE_STREAMS[index]
+
+
 def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_lse=False):
     """NSA selection attention forward (Triton).
 
@@ -416,6 +439,7 @@ def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_
     dims = _checks.check_forward_args(q, k, v, block_idx, block_size, scale)
     nbytes = block_path_bytes(dims, q.element_size())
     min_blocks = block_path_min_blocks(dims.S, dims.G, nbytes)
+    side = side_stream(q.device) if min_blocks is not None else None
     o = _checks.new_empty(q.shape, q.dtype, q.device)
     lse = _checks.new_empty(q.shape[:3], torch.float32, q.device)
     block_g, block_t, prec = tile_config(dims.G, q.dtype, TILE_ROWS)
@@ -428,16 +452,24 @@ def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_
     lists, counts, flags = tile_loop_args(block_idx, block_size, block_t, hist, min_blocks or 0)
     grid = (triton.cdiv(dims.T, block_t), dims.B * dims.Hkv)
     qk_scale = dims.scale * LOG2E
-    launch(
-        _sel_fwd_kernel, grid, q, k, v, block_idx, lists, counts, o, lse,
-        dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,
-        S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
-        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **flags,
-        SKIP_BLOCK_TILES=hist is not None,
-        num_warps=NUM_WARPS, num_stages=forward_stages(block_t),
-    )  # fmt: skip
+    main = torch.cuda.current_stream(q.device) if side is not None else None
+    if side is not None:
+        side.wait_stream(main)  # the tile lists and counts, written on `main`
+    with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+        launch(
+            _sel_fwd_kernel, grid, q, k, v, block_idx, lists, counts, o, lse,
+            dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,
+            S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
+            BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **flags,
+            SKIP_BLOCK_TILES=hist is not None,
+            num_warps=NUM_WARPS, num_stages=forward_stages(block_t),
+        )  # fmt: skip
     if hist is not None:
         forward_blocks.block_major_forward(
             q, k, v, block_idx, counts, hist, min_blocks, o, lse, dims, block_t, qk_scale
         )
+    if side is not None:
+        # Join: everything after the call on `main` (and the caching allocator's reuse of
+        # this call's temporaries, which were allocated on `main`) waits for the tile kernel.
+        main.wait_stream(side)
     return (o, lse) if return_lse else o
