@@ -6,8 +6,6 @@ the partial buffers are allocated NaN-filled (`poisoned`), so an unwritten outpu
 a combine that reads a partial nobody wrote, shows up as NaN.
 """
 
-import math
-
 import pytest
 import torch
 from test_nsa_kernels import (
@@ -96,15 +94,11 @@ def test_auto_schedule_mixes_paths(case, schedule, monkeypatch):
     check_forward(q, k, v, idx, bs)
 
 
-@pytest.mark.parametrize("fraction", [None, 0.5])
-def test_each_path_writes_only_its_tiles(fraction, schedule, monkeypatch):
-    """Without the block-major phase: the tile kernel writes every row of the tiles it owns;
-    of a block-handled tile it writes only the seed, the softmax over the tile's shared
-    blocks (o, and lse in base 2; o = 0 and lse = -inf for a row that chose none of them),
-    and only when the tile has shared blocks: the rows of the others stay NaN."""
+def test_each_path_writes_only_its_tiles(schedule, monkeypatch):
+    """Without the block-major phase, exactly the rows of block-handled tiles stay NaN: the
+    tile kernel skips them and writes every other row."""
     monkeypatch.setattr(forward, "TILE_ROWS", 16)
-    monkeypatch.setattr(forward, "SHARED_BLOCK_FRACTION", fraction)
-    monkeypatch.setattr(forward_blocks, "block_major_forward", lambda *args, **kwargs: None)
+    monkeypatch.setattr(forward_blocks, "block_major_forward", lambda *args: None)
     B, Hq, Hkv, T, D, bs, S = 1, 4, 1, 45, 32, 16, 4
     q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=39)
     idx = make_idx("odd", B, Hkv, T, bs, S)
@@ -114,34 +108,8 @@ def test_each_path_writes_only_its_tiles(fraction, schedule, monkeypatch):
     o, lse = fwd(q, k, v, idx, bs, return_lse=True)
     handled = (counts[0] > thr).repeat_interleave(4)[:T]  # 4 tokens per tile
     assert handled.any() and (~handled).any()
-    # The seeds' reference: each block-handled tile's slots of its shared blocks only.
-    share_min = None if fraction is None else forward.shared_block_min(4)
-    choosers = tile_choosers(idx, bs, 4)
-    seed_idx = idx.clone()
-    seeded = torch.zeros(T, dtype=torch.bool)
-    for t in range(T):
-        for s in range(S):
-            n = choosers.get((0, t // 4, idx[0, 0, t, s].item()), 0)
-            if not handled[t] or share_min is None or n < share_min:
-                seed_idx[0, 0, t, s] = -1
-            elif handled[t]:
-                seeded[t // 4 * 4 : t // 4 * 4 + 4] = True
-    seeded &= handled
-    assert (fraction is None) == (not seeded.any())
-    untouched = handled & ~seeded
-    assert torch.equal(torch.isnan(lse[0]), untouched[None].expand(Hq, T))
-    assert torch.equal(torch.isnan(o[0]).all(-1), untouched[None].expand(Hq, T))
-    ro, rlse = reference(q, k, v, idx, bs, torch.zeros_like(q))[:2]
-    so, slse = reference(q, k, v, seed_idx, bs, torch.zeros_like(q))[:2]
-    mine = ~handled
-    assert rel_err(o[0][:, mine], ro[0][:, mine]) < TOL[q.dtype]
-    if seeded.any():
-        assert rel_err(o[0][:, seeded], so[0][:, seeded]) < TOL[q.dtype]
-        want = slse[0][:, seeded] / math.log(2)  # base 2
-        got = lse[0][:, seeded].double()
-        assert torch.equal(torch.isinf(got), torch.isinf(want))
-        fin = ~torch.isinf(want)
-        assert torch.allclose(got[fin], want[fin], rtol=0, atol=1e-4)
+    assert torch.equal(torch.isnan(lse[0]), handled[None].expand(Hq, T))
+    assert torch.equal(torch.isnan(o[0]).all(-1), handled[None].expand(Hq, T))
 
 
 def test_auto_without_block_tiles_equals_tile_schedule(schedule):
@@ -185,57 +153,24 @@ def test_special_indices_int64_and_scale(scale, schedule):
     assert torch.isinf(lse[0, :2, [3, 20, T - 1]]).all()
 
 
-def tile_choosers(idx, bs, block_t):
-    """{(bh, tile, block): tokens of the tile that kept the block} of [B, Hkv, T, S] ids."""
-    B, Hkv, T, S = idx.shape
-    NB = -(-T // bs)
-    out = {}
-    flat = idx.reshape(B * Hkv, T, S)
-    for bh, t, s in torch.nonzero(flat >= 0).tolist():
-        j = flat[bh, t, s].item()
-        if j < NB and j * bs <= t:
-            out[(bh, t // block_t, j)] = out.get((bh, t // block_t, j), 0) + 1
-    return out
-
-
-@pytest.mark.parametrize(
-    "chunk,windows,share_min", [(1, 1, None), (3, 1, None), (8, 1, 2), (3, 4, 2), (3, 1, 3)]
-)
-def test_block_lists_are_the_inverse_of_block_idx(chunk, windows, share_min):
+@pytest.mark.parametrize("chunk,windows", [(1, 1), (3, 1), (8, 1), (3, 4)])
+def test_block_lists_are_the_inverse_of_block_idx(chunk, windows):
     """For each (b, kv head, window, block): exactly the kept slots of the window's
     block-handled tiles, as flat slot indices t * S + s, with their block and whether the
     token lies inside it, then -1 up to a multiple of `chunk` places; the histogram is
-    consumed to zero. With share_min, a block-handled tile's blocks that share_min of its
-    tokens chose are left out of the block lists and make up its tile list instead (its
-    shared count), while the other tiles keep their full lists."""
+    consumed to zero."""
     T, bs, S, block_t = 45, 8, 3, 4
     idx = odd_block_idx(2, 2, T, bs, S, seed=34).long()
     idx[1, 0, 30] = torch.tensor([2**32 + 1, 1, -1])
     NB, n_tiles = -(-T // bs), -(-T // block_t)
     tpw = forward.window_tiles(n_tiles, windows)  # 3 tiles a window: 4 windows, one short
-    full_lists, counts = forward.tile_block_lists(idx, bs, block_t)
+    counts = forward.tile_block_lists(idx, bs, block_t)[1]
     thr = (counts.min().item() + counts.max().item()) // 2
     handled = counts > thr
     assert handled.any() and (~handled).any()
-    choosers = tile_choosers(idx, bs, block_t)
-    wide = {key for key, n in choosers.items() if share_min is not None and n >= share_min}
-    assert share_min is None or any(handled[bh, i] for bh, i, _ in wide)
     hist = torch.zeros(4, windows * NB, dtype=torch.int32)
-    shared = torch.full((4, n_tiles), -7, dtype=torch.int32)
-    lists, counts2 = forward.tile_block_lists(idx, bs, block_t, hist, thr, shared, share_min)
-    assert torch.equal(counts2, counts)
-    for bh in range(4):
-        for i in range(n_tiles):
-            n = counts[bh, i].item()
-            if not handled[bh, i]:
-                assert shared[bh, i] == -7 and torch.equal(lists[bh, i, :n], full_lists[bh, i, :n])
-                continue
-            mine = sorted(j for (b2, i2, j) in wide if (b2, i2) == (bh, i))
-            assert shared[bh, i].item() == len(mine)
-            assert lists[bh, i, : len(mine)].tolist() == mine
-    row_ptr, col, code = forward_blocks.block_lists(
-        idx, counts, hist, thr, share_min, bs, block_t, chunk
-    )
+    assert torch.equal(forward.tile_block_lists(idx, bs, block_t, hist, thr)[1], counts)
+    row_ptr, col, code = forward_blocks.block_lists(idx, counts, hist, thr, bs, block_t, chunk)
     assert not hist.any()
     NL = windows * NB
     L = T * S + NL * chunk
@@ -246,8 +181,7 @@ def test_block_lists_are_the_inverse_of_block_idx(chunk, windows, share_min):
     flat = idx.view(4, T, S)
     for bh, t, s in torch.nonzero(flat >= 0).tolist():
         j = flat[bh, t, s].item()
-        shared_here = (bh, t // block_t, j) in wide
-        if handled[bh, t // block_t] and j < NB and j * bs <= t and not shared_here:
+        if handled[bh, t // block_t] and j < NB and j * bs <= t:
             want.setdefault((bh, t // block_t // tpw * NB + j), []).append(t * S + s)
     assert windows == 1 or len({key[1] // NB for key in want}) > 2  # several windows used
     for bh in range(4):
@@ -412,35 +346,3 @@ def test_overlap_on_gpu_bitwise_and_in_a_graph(pattern, schedule, monkeypatch):
     monkeypatch.setattr(forward, "OVERLAP_TILE_KERNEL", False)
     want = fwd(q, k, v, idx, bs, return_lse=True)
     assert torch.equal(out[0], want[0]) and torch.equal(out[1], want[1])
-
-
-@pytest.mark.parametrize("fraction", [None, 0.5, 1.0])
-@pytest.mark.parametrize("pattern", ["random", "odd"])
-def test_shared_blocks_vs_reference(fraction, pattern, schedule, monkeypatch):
-    """Every tile block-handled, its shared blocks (none, those half or all of its tokens
-    chose) served by the tile kernel and the rest by partials: o and lse match the
-    reference. 'random' has shared blocks at both fractions (its forced blocks 0, own and
-    own - 1), 'odd' at one half, so both halves of the seed-then-partials combine run."""
-    schedule("blocks")
-    monkeypatch.setattr(forward, "SHARED_BLOCK_FRACTION", fraction)
-    B, Hq, Hkv, T, D, bs, S = 1, 8, 2, 70, 32, 16, 5
-    q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=41)
-    idx = make_idx(pattern, B, Hkv, T, bs, S)
-    block_t = forward.tile_config(4, q.dtype, forward.TILE_ROWS)[1]
-    share_min = forward.shared_block_min(block_t)
-    wide = [n for n in tile_choosers(idx, bs, block_t).values() if share_min and n >= share_min]
-    if fraction is None:
-        assert not wide
-    elif pattern == "random" or fraction < 1:  # 'odd': blocks shared by half, none by all
-        assert wide
-    check_forward(q, k, v, idx, bs)
-
-
-@pytest.mark.parametrize("bad", [0.4, 1.5, True, "half"])
-def test_shared_block_fraction_is_checked(bad, monkeypatch):
-    """A bad SHARED_BLOCK_FRACTION is refused, naming the knob, before anything runs."""
-    monkeypatch.setattr(forward, "SHARED_BLOCK_FRACTION", bad)
-    q, k, v = qkv(1, 4, 1, 40, 32, dtype=torch.float32, seed=42)
-    idx = make_idx("random", 1, 1, 40, 16, 3)
-    with pytest.raises(ValueError, match="SHARED_BLOCK_FRACTION"):
-        fwd(q, k, v, idx, 16)

@@ -98,7 +98,7 @@ for _ in range(EXTRA):
 NSA_HUNKS = (
     Hunk("T, NB, Hq, G, qk_scale, MIN_BLOCKS,", "gate_never,"),
     Hunk(
-        "USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, BLOCK_TILES: tl.constexpr,",
+        "USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, SKIP_BLOCK_TILES: tl.constexpr,",
         "EXTRA: tl.constexpr,",
     ),
     Hunk(

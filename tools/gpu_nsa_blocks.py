@@ -26,7 +26,6 @@ DIR/nsa_blocks.txt (the printed tables).
 """
 
 import argparse
-import ast
 import contextlib
 import json
 import math
@@ -74,8 +73,6 @@ TOL_O, TOL_LSE = 2e-2, 5e-2
 KNOBS = [
     (nsa_fwd, "FORWARD_SCHEDULE"),
     (nsa_fwd, "BLOCK_PATH_RATIO"),
-    (nsa_fwd, "SHARED_BLOCK_FRACTION"),
-    (nsa_fwd, "OVERLAP_TILE_KERNEL"),
     (nsa_blocks, "CHUNK_ROWS"),
     (nsa_blocks, "PARTIAL_WARPS"),
     (nsa_blocks, "PARTIAL_WAVES"),
@@ -108,13 +105,9 @@ def knobs(**values):
 
 
 def type_of(name, value):
-    """A knob's value from text: str for FORWARD_SCHEDULE, a Python literal for
-    SHARED_BLOCK_FRACTION (None, 0.5) and OVERLAP_TILE_KERNEL (True), int (or None) for the
-    others."""
+    """A knob's value from text: str for FORWARD_SCHEDULE, int (or None) for the others."""
     if name == "FORWARD_SCHEDULE":
         return value
-    if name in ("SHARED_BLOCK_FRACTION", "OVERLAP_TILE_KERNEL"):
-        return ast.literal_eval(value)
     return int(value)
 
 

@@ -40,7 +40,6 @@ about 1e-5 on the GPU as well as in the interpreter.
 """
 
 import contextlib
-import math
 import os
 
 import torch
@@ -89,14 +88,6 @@ BLOCK_PATH_MAX_BYTES = 2 << 30
 # Both streams are joined before the call returns, and a CUDA graph captures the fork and
 # join as parallel branches.
 OVERLAP_TILE_KERNEL = True
-# In a block-handled tile, the blocks chosen by at least this fraction of the tile's tokens
-# (its *shared* blocks; 0.5 .. 1, None = none) are served token-major by the tile kernel,
-# which writes their softmax as the seed that the combine starts from; only the other
-# (token, slot) pairs go through the block lists and partials. The 'random' pattern's
-# forced blocks (block 0, the token's own block and the one before) are shared by every
-# token of a tile; its random blocks almost never are. At least half the tokens: a tile
-# then has at most 2 S shared blocks (the combine's bound).
-SHARED_BLOCK_FRACTION = 0.5
 _SIDE_STREAMS = {}
 
 
@@ -176,18 +167,16 @@ def _sorted_runs(b_x, i_e, L: tl.constexpr):
 
 @triton.jit
 def _tile_list_kernel(
-    IDX, LIST, COUNT, HIST, SHARED, T, NB, N_TILES, MIN_BLOCKS, NW, TPW, SHARE_MIN,
+    IDX, LIST, COUNT, HIST, T, NB, N_TILES, MIN_BLOCKS, NW, TPW,
     S: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, L_PAD: tl.constexpr,
     USE_HIST: tl.constexpr,
 ):  # fmt: skip
     """LIST[bh, tile, :count] = sorted distinct kept blocks of the tile's BLOCK_T * S slots;
-    COUNT[bh, tile] = count. Entries past the list's end are left unwritten (never read).
-    USE_HIST, for a block-handled tile (count > MIN_BLOCKS): its blocks chosen by at least
-    SHARE_MIN of its tokens (*shared* blocks, served token-major by the tile kernel) are
-    listed instead, SHARED[bh, tile] = their count; every other kept block j adds to
-    HIST[bh, w, j] the number of the tile's slots that chose it (one int32 atomic per
-    distinct block, not per slot); w = tile // TPW, the tile's window of TPW tiles (HIST is
-    [B * Hkv, NW, NB]). SHARED of other tiles is left unwritten (never read)."""
+    COUNT[bh, tile] = count. Entries past count are left unwritten (never read).
+    USE_HIST: when count > MIN_BLOCKS (a block-handled tile), also add to HIST[bh, w, j] the
+    number of the tile's kept slots that chose block j (one int32 atomic per distinct block,
+    not per slot: block 0 of the 'random' pattern is chosen by every token); w = tile // TPW,
+    the tile's window of TPW tiles (HIST is [B * Hkv, NW, NB])."""
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_e = tl.arange(0, L_PAD)
@@ -198,26 +187,18 @@ def _tile_list_kernel(
     # Dropped slots sort last as NB; after sorting, a block's first copy is the one that
     # differs from its left neighbour, and a prefix sum of those flags is its output slot.
     b_j = tl.sort(tl.where(ok & _kept(b_j, i_t, T, NB, BS), b_j, NB).to(tl.int32))
-    first, last, start, end = _sorted_runs(b_j, i_e, L_PAD)
-    real = b_j < NB
-    first = first & real
+    first, last, start, _ = _sorted_runs(b_j, i_e, L_PAD)
+    first = first & (b_j < NB)
+    pos = tl.cumsum(first.to(tl.int32), 0) - 1
     o_tile = i_bh.to(tl.int64) * N_TILES + pid_t
     count = tl.sum(first.to(tl.int32), 0)
-    listed = first
+    tl.store(LIST + o_tile * BLOCK_T * S + pos, b_j, mask=first)
+    tl.store(COUNT + o_tile, count)
     if USE_HIST:
-        # A run's length is the number of the tile's tokens that chose its block (a row's
-        # kept blocks are distinct).
-        wide = end - start + 1 >= SHARE_MIN
-        listed = first & (wide | (count <= MIN_BLOCKS))
         if count > MIN_BLOCKS:
-            tl.store(SHARED + o_tile, tl.sum((first & wide).to(tl.int32), 0))
             # A run's last lane adds the run length (its lane - the run's first lane + 1).
             p_hist = HIST + (i_bh.to(tl.int64) * NW + pid_t // TPW) * NB + b_j
-            narrow = end - start + 1 < SHARE_MIN
-            tl.atomic_add(p_hist, i_e - start + 1, mask=last & real & narrow, sem="relaxed")
-    pos = tl.cumsum(listed.to(tl.int32), 0) - 1
-    tl.store(LIST + o_tile * BLOCK_T * S + pos, b_j, mask=listed)
-    tl.store(COUNT + o_tile, count)
+            tl.atomic_add(p_hist, i_e - start + 1, mask=last & (b_j < NB), sem="relaxed")
 
 
 def window_tiles(n_tiles, n_windows):
@@ -225,27 +206,22 @@ def window_tiles(n_tiles, n_windows):
     return triton.cdiv(n_tiles, n_windows)
 
 
-def tile_block_lists(block_idx, block_size, block_t, hist=None, min_blocks=0, shared=None,
-                     share_min=None):  # fmt: skip
+def tile_block_lists(block_idx, block_size, block_t, hist=None, min_blocks=0):
     """Per tile of block_t consecutive tokens, the distinct kept blocks its tokens selected.
 
     Args:
         block_idx: [B, Hkv, T, S] int32/int64, contiguous.
         block_size: keys per block.
         block_t: tokens per tile.
-        hist: optional int32 [B * Hkv, NW * NB], zero-filled, with `shared`: the lists of
-            the block-major path. A tile with more than `min_blocks` distinct blocks is
-            block-handled: its blocks chosen by at least `share_min` of its tokens (None:
-            more than block_t, i.e. none) are its *shared* blocks; hist[bh, w * NB + j] is
-            increased by the number of its kept slots that chose each other block j, w =
-            the tile's window (`window_tiles`).
-        shared: int32 [B * Hkv, n_tiles], with hist: the shared-block count of each
-            block-handled tile (other tiles' entries are left as they are).
+        hist: optional int32 [B * Hkv, NW * NB], zero-filled: for every tile with more
+            than `min_blocks` distinct blocks (block-handled), hist[bh, w * NB + j] is
+            increased by the number of its kept slots that chose block j, w = the tile's
+            window (`window_tiles`).
+        min_blocks: see hist.
     Returns:
         lists: int32 [B * Hkv, n_tiles, block_t * S]; row [bh, i] holds, ascending, the
-            count[bh, i] distinct blocks kept by any token of tile i, or for a block-handled
-            tile its shared[bh, i] shared blocks (entries after those are unspecified);
-            n_tiles = ceil(T / block_t).
+            count[bh, i] distinct blocks kept by any token of tile i (entries after that are
+            unspecified); n_tiles = ceil(T / block_t).
         counts: int32 [B * Hkv, n_tiles].
     One kernel launch, no host sync.
     """
@@ -254,12 +230,9 @@ def tile_block_lists(block_idx, block_size, block_t, hist=None, min_blocks=0, sh
     lists = torch.empty(B * Hkv, n_tiles, block_t * S, dtype=torch.int32, device=block_idx.device)
     counts = torch.empty(B * Hkv, n_tiles, dtype=torch.int32, device=block_idx.device)
     NW = 1 if hist is None else hist.shape[1] // NB
-    if hist is not None and shared is None:
-        raise ValueError("tile_block_lists: hist needs shared")
     _tile_list_kernel[(n_tiles, B * Hkv)](
-        block_idx, lists, counts, counts if hist is None else hist,
-        counts if shared is None else shared, T, NB, n_tiles, min_blocks,
-        NW, window_tiles(n_tiles, NW), block_t + 1 if share_min is None else share_min,
+        block_idx, lists, counts, counts if hist is None else hist, T, NB, n_tiles, min_blocks,
+        NW, window_tiles(n_tiles, NW),
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=triton.next_power_of_2(block_t * S),
         USE_HIST=hist is not None, num_warps=4,
     )  # fmt: skip
@@ -293,7 +266,7 @@ def _attend_block(
 
 @triton.jit
 def _sel_fwd_tile(
-    Q, K, V, IDX, LIST, O, LSE, pid_t, i_bh, o_tile, n, lse_scale, T, NB, Hq, G, qk_scale,
+    Q, K, V, IDX, LIST, COUNT, O, LSE, pid_t, i_bh, o_tile, T, NB, Hq, G, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
     USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr,
@@ -315,6 +288,7 @@ def _sel_fwd_tile(
     b_acc = tl.zeros([BLOCK_T * BLOCK_G, D], tl.float32)
     if USE_LIST:
         p_list = LIST + o_tile * BLOCK_T * S
+        n = tl.load(COUNT + o_tile)
         if FOR_LOOP:
             for i in range(0, n):
                 j = tl.load(p_list + i)
@@ -342,7 +316,7 @@ def _sel_fwd_tile(
                 )  # fmt: skip
     has_key = b_l > 0
     b_o = b_acc / tl.where(has_key, b_l, 1.0)[:, None]
-    b_lse = (b_m + tl.log2(tl.where(has_key, b_l, 1.0))) * lse_scale
+    b_lse = (b_m + tl.log2(tl.where(has_key, b_l, 1.0))) * LN2
     b_lse = tl.where(has_key, b_lse, float("-inf"))
     tl.store(O + o_row[:, None] + i_d[None, :], b_o.to(O.dtype.element_ty), mask=row_ok[:, None])
     tl.store(LSE + o_row // D, b_lse, mask=row_ok)
@@ -350,34 +324,24 @@ def _sel_fwd_tile(
 
 @triton.jit
 def _sel_fwd_kernel(
-    Q, K, V, IDX, LIST, COUNT, SHARED, O, LSE,
+    Q, K, V, IDX, LIST, COUNT, O, LSE,
     T, NB, Hq, G, qk_scale, MIN_BLOCKS,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
-    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, BLOCK_TILES: tl.constexpr,
+    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, SKIP_BLOCK_TILES: tl.constexpr,
 ):  # fmt: skip
-    """One token tile (see the module doc). BLOCK_TILES: the block-major path owns the rows
-    of tiles whose distinct block count COUNT exceeds MIN_BLOCKS; for such a tile this
-    program only attends over its SHARED shared blocks (returning at once when there are
-    none), and writes o and lse as the seed of the block path's combine: lse in base 2."""
+    """One token tile (see the module doc). SKIP_BLOCK_TILES: return at once when the tile's
+    distinct block count COUNT exceeds MIN_BLOCKS (the block-major path owns its rows)."""
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)  # b * Hkv + kv head
     o_tile = i_bh.to(tl.int64) * tl.num_programs(0) + pid_t
-    n = 0
-    if USE_LIST or BLOCK_TILES:
-        n = tl.load(COUNT + o_tile)
     todo = True
-    lse_scale = LN2
-    if BLOCK_TILES:
-        blocky = n > MIN_BLOCKS
-        n_shared = tl.load(SHARED + o_tile, mask=blocky, other=0)
-        todo = (n <= MIN_BLOCKS) | (n_shared > 0)
-        lse_scale = tl.where(blocky, 1.0, LN2)
-        n = tl.where(blocky, n_shared, n)
+    if SKIP_BLOCK_TILES:
+        todo = tl.load(COUNT + o_tile) <= MIN_BLOCKS
     if todo:
         _sel_fwd_tile(
-            Q, K, V, IDX, LIST, O, LSE, pid_t, i_bh, o_tile, n, lse_scale, T, NB, Hq, G,
-            qk_scale, S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, USE_LIST, FOR_LOOP,
+            Q, K, V, IDX, LIST, COUNT, O, LSE, pid_t, i_bh, o_tile, T, NB, Hq, G, qk_scale,
+            S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, USE_LIST, FOR_LOOP,
         )  # fmt: skip
 
 
@@ -402,8 +366,7 @@ def tile_config(G, dtype, rows):
     return block_g, block_t, prec
 
 
-def tile_loop_args(block_idx, block_size, block_t, hist=None, min_blocks=0, shared=None,
-                   share_min=None):  # fmt: skip
+def tile_loop_args(block_idx, block_size, block_t, hist=None, min_blocks=0):
     """Kernel arguments that pick the loop: (LIST, COUNT, constexpr flags) for TILE_LOOP.
     With `hist` (see `tile_block_lists`) the tile lists and counts are built whatever the loop,
     since the block-major path needs the counts."""
@@ -411,24 +374,8 @@ def tile_loop_args(block_idx, block_size, block_t, hist=None, min_blocks=0, shar
         raise ValueError(f"TILE_LOOP must be one of {TILE_LOOPS}, got {TILE_LOOP!r}")
     flags = dict(USE_LIST=TILE_LOOP == "list", FOR_LOOP=use_for_loop())
     if TILE_LOOP == "list" or hist is not None:
-        lists = tile_block_lists(
-            block_idx, block_size, block_t, hist, min_blocks, shared, share_min
-        )
-        return (*lists, flags)
+        return (*tile_block_lists(block_idx, block_size, block_t, hist, min_blocks), flags)
     return block_idx, block_idx, flags  # unused pointers
-
-
-def shared_block_min(block_t):
-    """SHARED_BLOCK_FRACTION as a token count of a tile of block_t tokens (checked); None
-    when off, or when the tile kernel walks pairs (the shared blocks need its list loop)."""
-    frac = SHARED_BLOCK_FRACTION
-    if frac is not None and (
-        isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0.5 <= frac <= 1
-    ):
-        raise ValueError(f"SHARED_BLOCK_FRACTION must be None or in [0.5, 1], got {frac!r}")
-    if frac is None or TILE_LOOP != "list":
-        return None
-    return max(1, math.ceil(frac * block_t))
 
 
 def block_path_bytes(dims, element_size):
@@ -493,22 +440,16 @@ def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_
     nbytes = block_path_bytes(dims, q.element_size())
     min_blocks = block_path_min_blocks(dims.S, dims.G, nbytes)
     side = side_stream(q.device) if min_blocks is not None else None
-    block_g, block_t, prec = tile_config(dims.G, q.dtype, TILE_ROWS)
-    shared_block_min(block_t)  # checks the knob before anything runs
     o = _checks.new_empty(q.shape, q.dtype, q.device)
     lse = _checks.new_empty(q.shape[:3], torch.float32, q.device)
+    block_g, block_t, prec = tile_config(dims.G, q.dtype, TILE_ROWS)
     from . import forward_blocks  # it builds on this module's helpers
 
-    hist = shared = share_min = None
+    hist = None
     if min_blocks is not None:
         n_lists = forward_blocks.list_windows(dims.T, block_t) * dims.NB
         hist = torch.zeros(dims.B * dims.Hkv, n_lists, dtype=torch.int32, device=q.device)
-        n_tiles = triton.cdiv(dims.T, block_t)
-        shared = torch.empty(dims.B * dims.Hkv, n_tiles, dtype=torch.int32, device=q.device)
-        share_min = shared_block_min(block_t)
-    lists, counts, flags = tile_loop_args(
-        block_idx, block_size, block_t, hist, min_blocks or 0, shared, share_min
-    )
+    lists, counts, flags = tile_loop_args(block_idx, block_size, block_t, hist, min_blocks or 0)
     grid = (triton.cdiv(dims.T, block_t), dims.B * dims.Hkv)
     qk_scale = dims.scale * LOG2E
     main = torch.cuda.current_stream(q.device) if side is not None else None
@@ -516,26 +457,19 @@ def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_
         side.wait_stream(main)  # the tile lists and counts, written on `main`
     with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
         launch(
-            _sel_fwd_kernel, grid, q, k, v, block_idx, lists, counts,
-            counts if shared is None else shared, o, lse,
+            _sel_fwd_kernel, grid, q, k, v, block_idx, lists, counts, o, lse,
             dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,
             S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
             BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **flags,
-            BLOCK_TILES=hist is not None,
+            SKIP_BLOCK_TILES=hist is not None,
             num_warps=NUM_WARPS, num_stages=forward_stages(block_t),
         )  # fmt: skip
-
-    def join():
-        """Everything after this on `main` waits for the tile kernel: the combine, which
-        starts from the seeds it wrote, and the caching allocator's reuse of this call's
-        temporaries (allocated on `main`)."""
-        if side is not None:
-            main.wait_stream(side)
-
     if hist is not None:
         forward_blocks.block_major_forward(
-            q, k, v, block_idx, lists, counts, hist, shared, share_min, min_blocks, o, lse,
-            dims, block_t, qk_scale, join,
-        )  # fmt: skip
-    join()
+            q, k, v, block_idx, counts, hist, min_blocks, o, lse, dims, block_t, qk_scale
+        )
+    if side is not None:
+        # Join: everything after the call on `main` (and the caching allocator's reuse of
+        # this call's temporaries, which were allocated on `main`) waits for the tile kernel.
+        main.wait_stream(side)
     return (o, lse) if return_lse else o

@@ -95,12 +95,11 @@ def _prefix_kernel(HIST, ROW_PTR, NL, CHUNK: tl.constexpr, PB: tl.constexpr):
 
 @triton.jit
 def _fill_kernel(
-    IDX, COUNT, HIST, ROW_PTR, COL, CODE, T, NB, NW, TPW, L, NC, MIN_BLOCKS, SHARE_MIN,
+    IDX, COUNT, HIST, ROW_PTR, COL, CODE, T, NB, NW, TPW, L, NC, MIN_BLOCKS,
     S: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, L_PAD: tl.constexpr,
     CHUNK: tl.constexpr,
 ):  # fmt: skip
-    """Place the kept slots of one block-handled tile in their blocks' lists (step 3), but
-    for those of its shared blocks (chosen by at least SHARE_MIN of its tokens)."""
+    """Place the kept slots of one block-handled tile in their blocks' lists (step 3)."""
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)
     if tl.load(COUNT + i_bh.to(tl.int64) * tl.num_programs(0) + pid_t) > MIN_BLOCKS:
@@ -115,9 +114,7 @@ def _fill_kernel(
         b_j = (b_key // L_PAD).to(tl.int32)
         i_slot = (b_key % L_PAD).to(tl.int32) + e0
         _, last, start, end = _sorted_runs(b_j, i_e, L_PAD)
-        # A run's length is the number of the tile's tokens that chose its block: shared
-        # blocks (the tile kernel serves them) are left out, as in the tile-list kernel.
-        valid = (b_j < NB) & (end - start + 1 < SHARE_MIN)
+        valid = b_j < NB
         # HIST[bh, w, j] counts the list's unclaimed entries down: the run's last lane takes
         # the run's length off it and the run fills the places [top - length, top).
         i_list = (pid_t // TPW) * NB + b_j
@@ -227,39 +224,28 @@ def _partial_kernel(
 
 @triton.jit
 def _combine_tile(
-    IDX, LIST, SHARED, PART_O, PART_L, O, LSE, pid_t, i_bh, o_tile, T, NB, Hq, G,
+    IDX, PART_O, PART_L, O, LSE, pid_t, i_bh, T, NB, Hq, G,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_G: tl.constexpr, SH_PAD: tl.constexpr,
+    BLOCK_G: tl.constexpr,
 ):  # fmt: skip
-    """o and lse of the rows of one block-handled tile (step 5): the seed that the tile
-    kernel wrote over the tile's shared blocks (if it has any), then the partials of the
-    other kept slots, slot by slot in a fixed order, with a running max as in the online
-    softmax."""
+    """o and lse of the rows of one block-handled tile from their slots' partials (step 5),
+    slot by slot in a fixed order, with a running max as in the online softmax."""
     Hkv = Hq // G
     i_t, i_g, row_ok = _tile_rows(pid_t, T, G, BLOCK_T, BLOCK_G)
     i_d = tl.arange(0, D)
     o_row = (((i_bh // Hkv) * Hq + (i_bh % Hkv) * G + i_g).to(tl.int64) * T + i_t) * D
     o_slot0 = i_bh.to(tl.int64) * T * S + i_t * S  # flat slot index of each row's slot 0
-    p_out = O + o_row[:, None] + i_d[None, :]
-    # The seed: o (normalized, in o's dtype) and lse in base 2 of the shared blocks alone;
-    # -inf and 0 for a row that chose none of them (and for every row of a tile without).
-    n_shared = tl.load(SHARED + o_tile)
-    seeded = row_ok & (n_shared > 0)
-    b_m = tl.load(LSE + o_row // D, mask=seeded, other=float("-inf"))
-    b_l = tl.where(b_m > float("-inf"), 1.0, 0.0)
-    b_acc = tl.load(p_out, mask=seeded[:, None], other=0.0).to(tl.float32)
-    i_sh = tl.arange(0, SH_PAD)
-    b_sh = tl.load(LIST + o_tile * BLOCK_T * S + i_sh, mask=i_sh < n_shared, other=-1)
+    b_m = tl.full([BLOCK_T * BLOCK_G], float("-inf"), tl.float32)
+    b_l = tl.zeros([BLOCK_T * BLOCK_G], tl.float32)
+    b_acc = tl.zeros([BLOCK_T * BLOCK_G, D], tl.float32)
     for s in tl.static_range(S):
-        # Only kept slots of blocks that are not shared were given a partial: the others
-        # are never read.
+        # Only kept slots were given a partial: the others are never read.
         b_j = tl.load(IDX + o_slot0 + s, mask=row_ok, other=-1)
-        in_seed = tl.sum((b_j[:, None] == b_sh[None, :]).to(tl.int32), axis=1) > 0
-        listed = row_ok & _kept(b_j, i_t, T, NB, BS) & (~in_seed)
+        kept = row_ok & _kept(b_j, i_t, T, NB, BS)
         o_part = (o_slot0 + s) * G + i_g
-        b_ls = tl.load(PART_L + o_part, mask=listed, other=float("-inf"))
+        b_ls = tl.load(PART_L + o_part, mask=kept, other=float("-inf"))
         p_o = PART_O + o_part[:, None] * D + i_d[None, :]
-        b_o = tl.load(p_o, mask=listed[:, None], other=0.0).to(tl.float32)
+        b_o = tl.load(p_o, mask=kept[:, None], other=0.0).to(tl.float32)
         m_new = tl.maximum(b_m, b_ls)
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with no kept slot yet
         alpha = tl.exp2(b_m - m_safe)
@@ -270,15 +256,16 @@ def _combine_tile(
     has_key = b_l > 0
     b_l = tl.where(has_key, b_l, 1.0)
     b_lse = tl.where(has_key, (b_m + tl.log2(b_l)) * LN2, float("-inf"))
+    p_out = O + o_row[:, None] + i_d[None, :]
     tl.store(p_out, (b_acc / b_l[:, None]).to(O.dtype.element_ty), mask=row_ok[:, None])
     tl.store(LSE + o_row // D, b_lse, mask=row_ok)
 
 
 @triton.jit
 def _combine_kernel(
-    IDX, LIST, COUNT, SHARED, PART_O, PART_L, O, LSE, T, NB, Hq, G, MIN_BLOCKS, N_TILES,
+    IDX, COUNT, PART_O, PART_L, O, LSE, T, NB, Hq, G, MIN_BLOCKS, N_TILES,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_G: tl.constexpr, SH_PAD: tl.constexpr,
+    BLOCK_G: tl.constexpr,
 ):  # fmt: skip
     """Tiles pid, pid + num_programs, ... of one (b, kv head): the block-handled ones are
     combined, the others skipped (persistent programs: on the 'recent' pattern no tile is
@@ -286,11 +273,10 @@ def _combine_kernel(
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)
     while pid_t < N_TILES:
-        o_tile = i_bh.to(tl.int64) * N_TILES + pid_t
-        if tl.load(COUNT + o_tile) > MIN_BLOCKS:
+        if tl.load(COUNT + i_bh.to(tl.int64) * N_TILES + pid_t) > MIN_BLOCKS:
             _combine_tile(
-                IDX, LIST, SHARED, PART_O, PART_L, O, LSE, pid_t, i_bh, o_tile, T, NB, Hq, G,
-                S, D, BS, BLOCK_T, BLOCK_G, SH_PAD,
+                IDX, PART_O, PART_L, O, LSE, pid_t, i_bh, T, NB, Hq, G, S, D, BS, BLOCK_T,
+                BLOCK_G,
             )  # fmt: skip
         pid_t += tl.num_programs(0)
 
@@ -311,18 +297,17 @@ def list_windows(T, block_t):
     return triton.cdiv(n_tiles, max(1, LIST_WINDOW // block_t))
 
 
-def block_lists(block_idx, counts, hist, min_blocks, share_min, block_size, block_t, chunk):
+def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t, chunk):
     """Per (b, kv head, window, key block), the kept slots of the window's block-handled
-    tiles that chose the block, but for the tiles' shared blocks.
+    tiles that chose the block.
 
     Args:
         block_idx: [B, Hkv, T, S] int32/int64, contiguous.
         counts: int32 [B * Hkv, n_tiles] distinct kept blocks per tile of block_t tokens
             (`forward.tile_block_lists`); tiles with counts > min_blocks are block-handled.
-        hist: int32 [B * Hkv, NW * NB] from `tile_block_lists(..., hist, min_blocks, shared,
-            share_min)`: entries per (window, block), NW windows of
-            `forward.window_tiles(n_tiles, NW)` tiles. Consumed: counted down to zero.
-        share_min: tokens of a tile that make one of its blocks shared (None: none).
+        hist: int32 [B * Hkv, NW * NB] from `tile_block_lists(..., hist, min_blocks)`:
+            entries per (window, block), NW windows of `forward.window_tiles(n_tiles, NW)`
+            tiles. Consumed: counted down to zero.
         block_size, block_t: keys per block, tokens per tile; chunk: entries per chunk.
     Returns:
         row_ptr: int32 [B * Hkv, NL + 1] (NL = NW * NB lists, list w * NB + j for block j
@@ -348,7 +333,6 @@ def block_lists(block_idx, counts, hist, min_blocks, share_min, block_size, bloc
     _fill_kernel[(counts.shape[1], BH)](
         block_idx, counts, hist, row_ptr, col, code, T, NB, NW,
         window_tiles(counts.shape[1], NW), L, code.shape[1], min_blocks,
-        block_t + 1 if share_min is None else share_min,
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=triton.next_power_of_2(block_t * S),
         CHUNK=chunk, num_warps=4,
     )  # fmt: skip
@@ -356,19 +340,15 @@ def block_lists(block_idx, counts, hist, min_blocks, share_min, block_size, bloc
 
 
 def block_major_forward(
-    q, k, v, block_idx, lists, counts, hist, shared, share_min, min_blocks, o, lse, dims,
-    block_t, qk_scale, join=None,
+    q, k, v, block_idx, counts, hist, min_blocks, o, lse, dims, block_t, qk_scale
 ):  # fmt: skip
     """Write o and lse of the block-handled tiles (called by `selection_forward_triton`).
 
     Args:
         q, k, v, block_idx: the forward's checked inputs; dims their `_checks.Dims`.
-        lists, counts, hist, shared, share_min, min_blocks: as for `forward.tile_block_lists`
-            (lists: the shared blocks of the block-handled tiles).
-        o: [B, Hq, T, D], lse: fp32 [B, Hq, T], the forward's outputs, holding for the
-            block-handled tiles with shared blocks the tile kernel's seeds (written before
-            the combine runs: `join` is called just before it is launched); rows of
-            block-handled tiles are written here, the others left alone.
+        counts, hist, min_blocks: as for `block_lists`.
+        o: [B, Hq, T, D], lse: fp32 [B, Hq, T], the forward's outputs: rows of block-handled
+            tiles are written here, the others left alone.
         block_t: tokens per tile (the forward's); qk_scale: softmax scale * log2(e).
     """
     BH = dims.B * dims.Hkv
@@ -378,7 +358,7 @@ def block_major_forward(
     # tensor cores) takes half.
     chunk = max(1, CHUNK_ROWS * 2 // q.element_size() // block_g)
     row_ptr, col, code = block_lists(
-        block_idx, counts, hist, min_blocks, share_min, dims.block_size, block_t, chunk
+        block_idx, counts, hist, min_blocks, dims.block_size, block_t, chunk
     )  # fmt: skip
     part_o = _checks.new_empty((BH, dims.T, dims.S, dims.G, dims.D), q.dtype, q.device)
     part_l = _checks.new_empty((BH, dims.T, dims.S, dims.G), torch.float32, q.device)
@@ -397,14 +377,8 @@ def block_major_forward(
     n_comb = n_tiles
     if COMBINE_WAVES is not None:
         n_comb = min(n_tiles, triton.cdiv(COMBINE_WAVES * _multiprocessors(q.device), BH))
-    # Each shared block is chosen by at least share_min of the tile's tokens, each token
-    # keeps at most S blocks: a tile has at most block_t * S // share_min of them (2 S when
-    # share_min is half the tile).
-    most = 1 if share_min is None else max(1, block_t * dims.S // share_min)
-    if join is not None:
-        join()
     _combine_kernel[(n_comb, BH)](
-        block_idx, lists, counts, shared, part_o, part_l, o, lse, dims.T, dims.NB, dims.Hq,
-        dims.G, min_blocks, n_tiles, S=dims.S, D=dims.D, BS=dims.block_size, BLOCK_T=block_t,
-        BLOCK_G=block_g, SH_PAD=triton.next_power_of_2(most), num_warps=COMBINE_WARPS,
+        block_idx, counts, part_o, part_l, o, lse, dims.T, dims.NB, dims.Hq, dims.G,
+        min_blocks, n_tiles, S=dims.S, D=dims.D, BS=dims.block_size, BLOCK_T=block_t,
+        BLOCK_G=block_g, num_warps=COMBINE_WARPS,
     )  # fmt: skip
