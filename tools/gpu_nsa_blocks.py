@@ -73,6 +73,7 @@ TOL_O, TOL_LSE = 2e-2, 5e-2
 KNOBS = [
     (nsa_fwd, "FORWARD_SCHEDULE"),
     (nsa_fwd, "BLOCK_PATH_RATIO"),
+    (nsa_fwd, "OVERLAP_TILE_KERNEL"),
     (nsa_blocks, "CHUNK_ROWS"),
     (nsa_blocks, "PARTIAL_WARPS"),
     (nsa_blocks, "PARTIAL_WAVES"),
@@ -105,9 +106,12 @@ def knobs(**values):
 
 
 def type_of(name, value):
-    """A knob's value from text: str for FORWARD_SCHEDULE, int (or None) for the others."""
+    """A knob's value from text: str for FORWARD_SCHEDULE, bool for OVERLAP_TILE_KERNEL,
+    int (or None) for the others."""
     if name == "FORWARD_SCHEDULE":
         return value
+    if name == "OVERLAP_TILE_KERNEL":
+        return {"True": True, "False": False}[value]
     return int(value)
 
 
