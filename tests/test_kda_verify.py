@@ -285,19 +285,21 @@ def test_replay_matches_snapshots(cpu_dtype, device, one_tile):
     assert rel_err(new[1], snap["inter_ssm"][lines[1], T - 1]) < 1e-5
 
 
-def _set_tile(monkeypatch, bv, sub, nw, st, state_first=None):
+def _set_tile(monkeypatch, bv, sub, nw, st, state_first=None, ahead=False):
     for mod, prefix in ((fused_mod, "KDA_VERIFY_"), (rec_mod, "RECURRENT_")):
         for name, value in (("BLOCK_V", bv), ("SUB_V", sub), ("NUM_WARPS", nw), ("STAGES", st)):
             monkeypatch.setattr(mod, prefix + name, value)
     monkeypatch.setattr(fused_mod, "KDA_VERIFY_STATE_FIRST", state_first)
+    monkeypatch.setattr(fused_mod, "KDA_VERIFY_FIRST_AHEAD", ahead)
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_block_v_choices_agree(mode, device, monkeypatch):
-    """Every tile (BLOCK_V, SUB_V, warps, stages; for the fused kernel either work order) of
-    the mode's recurrence kernel gives the same results: the ring and windows bitwise, o and
-    snapshots to fp32 rounding. Two value heads share one q/k head, so the ownership of the
-    shared ring entries is exercised with several V tiles and several sub-tiles per tile."""
+    """Every tile (BLOCK_V, SUB_V, warps, stages; for the fused kernel every work order:
+    state first, or the first sub-tile's loads ahead of the loop) of the mode's recurrence
+    kernel gives the same results: the ring and windows bitwise, o and snapshots to fp32
+    rounding. Two value heads share one q/k head, so the ownership of the shared ring
+    entries is exercised with several V tiles and several sub-tiles per tile."""
     B, T, H, HV, K, V = 1, 2, 1, 2, 16, 16
     results = []
     tiles = (
@@ -310,9 +312,15 @@ def test_block_v_choices_agree(mode, device, monkeypatch):
         (8, 2, 1, 2, None),
         (16, 4, None, 3, True),
         (16, 8, 2, 1, False),
+        (8, 2, 1, 2, "ahead"),
+        (16, 8, 2, 1, "ahead"),
+        (16, None, None, None, "ahead"),  # one piece: the loop has no second sub-tile
     )
     for bv, sub, nw, st, first in tiles:
-        _set_tile(monkeypatch, bv, sub, nw, st, first)
+        if first == "ahead":
+            _set_tile(monkeypatch, bv, sub, nw, st, False, ahead=True)
+        else:
+            _set_tile(monkeypatch, bv, sub, nw, st, first)
         inp, o = run_and_check(mode, B, T, H, HV, K, V, torch.float32, device, seed=5)
         results.append((o, inp))
     o0, inp0 = results[0]
@@ -360,11 +368,18 @@ def test_tile_table_and_knobs(monkeypatch):
     "knob,value",
     [
         ("KDA_VERIFY_STATE_FIRST", 1),
+        ("KDA_VERIFY_FIRST_AHEAD", None),
         ("KDA_VERIFY_BLOCK_V", 3),
         ("KDA_VERIFY_MAXNREG", 16),
         ("KDA_VERIFY_MAXNREG", 168.0),
     ],
-    ids=["state-first-not-bool", "block-v-not-pow2", "maxnreg-too-small", "maxnreg-not-int"],
+    ids=[
+        "state-first-not-bool",
+        "first-ahead-not-bool",
+        "block-v-not-pow2",
+        "maxnreg-too-small",
+        "maxnreg-not-int",
+    ],
 )
 def test_fused_knob_rejects_bad_value(knob, value, device, monkeypatch):
     """A bad fused-kernel knob is refused, naming it, before anything is written."""

@@ -57,6 +57,9 @@ KDA_VERIFY_MAXNREG = None
 # docs/perf/kda.md v5); a bool forces it.
 KDA_VERIFY_STATE_FIRST = None
 STATE_FIRST_MAX_B = 8
+# Otherwise, whether the first sub-tile's loads go out ahead of the q/k stores (see the
+# kernel, step 4), read at every call.
+KDA_VERIFY_FIRST_AHEAD = False
 
 
 @triton.jit
@@ -163,6 +166,7 @@ def _fused_verify_kernel(
     SUB_V: tl.constexpr,
     STAGES: tl.constexpr,
     STATE_FIRST: tl.constexpr,
+    FIRST_AHEAD: tl.constexpr,
     KC: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     SAFE_GATE: tl.constexpr,
@@ -257,6 +261,15 @@ def _fused_verify_kernel(
                 m_k & own_k, own_v & valid, T,
             )  # fmt: skip
     else:
+        # FIRST_AHEAD: the first sub-tile's loads go out before anything is stored (a store
+        # would keep them behind it: the pointers might alias), so its state rows arrive
+        # while the q/k work runs; the loop then starts at the second sub-tile.
+        if FIRST_AHEAD:
+            o_sv0 = i_v * BLOCK_V + tl.arange(0, SUB_V)
+            b_xv0, b_wv0, b_bv0, b_S0 = _load_v_rows(
+                p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0, s_h0_v,
+                c_v0 + o_sv0, o_sv0, valid, T, W, K, KC, HAS_BIAS,
+            )  # fmt: skip
         _store_windows(p_win + c_q * s_win_c, s_win_t, s_win_w, b_xq, T, W, m_k & own_k)
         _store_windows(p_win + c_k * s_win_c, s_win_t, s_win_w, b_xk, T, W, m_k & own_k)
         b_g, b_beta, b_qs, b_ks = _step_inputs(
@@ -267,7 +280,13 @@ def _fused_verify_kernel(
                 p_rawk, s_rawk_r, p_g, s_g_r, p_beta, s_beta_r, b_k, b_g, b_beta, o_k,
                 m_k & own_k, own_v & valid, T,
             )  # fmt: skip
-        for i_s in tl.range(0, BLOCK_V // SUB_V, num_stages=STAGES):
+        if FIRST_AHEAD:
+            _value_steps(
+                b_xv0, b_wv0, b_bv0, b_S0, b_qs, b_ks, b_g, b_beta, valid, p_win, s_win_c,
+                s_win_t, s_win_w, c_v0 + o_sv0, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv,
+                s_rawv_r, o_sv0, T, W, K, KC, SNAPSHOT, SNAP_CM, RING,
+            )  # fmt: skip
+        for i_s in tl.range(1 if FIRST_AHEAD else 0, BLOCK_V // SUB_V, num_stages=STAGES):
             o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
             b_xv, b_wv, b_bv, b_S = _load_v_rows(
                 p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0, s_h0_v,
@@ -417,6 +436,10 @@ def fused_kda_conv_gating_verify(
         state_first = B <= STATE_FIRST_MAX_B
     elif not isinstance(state_first, bool):
         raise ValueError(f"KDA_VERIFY_STATE_FIRST must be None or a bool, got {state_first!r}")
+    first_ahead = KDA_VERIFY_FIRST_AHEAD
+    if not isinstance(first_ahead, bool):
+        raise ValueError(f"KDA_VERIFY_FIRST_AHEAD must be a bool, got {first_ahead!r}")
+    first_ahead = first_ahead and not (state_first and SUB == BV)  # that order loads first
     grid = (B, HV, V // BV)
     _fused_verify_kernel[grid](
         mixed_qkv, conv_weight, conv_bias if conv_bias is not None else conv_weight, conv_state,
@@ -429,6 +452,7 @@ def fused_kda_conv_gating_verify(
         0.0 if lower_bound is None else float(lower_bound),
         T=T, W=W, H=H, HV=HV, K=K, V=V, BLOCK_V=BV, SUB_V=SUB, STAGES=stages,
         STATE_FIRST=state_first,
+        FIRST_AHEAD=first_ahead,
         KC=kc,
         HAS_BIAS=conv_bias is not None,
         SAFE_GATE=lower_bound is not None,
