@@ -32,13 +32,15 @@ def _run(*args):
         # B=2 in the tool: the small-batch tiles, fused kernel state first by default.
         (["--block-v", "4", "8", "--warps", "1", "2", "4"], 24),
         # The B > 32 tiles of the table: 128-row programs in two 64-row sub-tiles, key
-        # chunks of 64, every mode.
+        # chunks of 64, compiled for every mode (the ring modes use it); the fused kernel's,
+        # 32-row one-piece tiles with key chunks of 64.
         (["--block-v", "128", "--sub-v", "64", "--warps", "4", "--key-chunk", "64"], 4),
+        (["--modes", "fused", "--block-v", "32", "--warps", "4", "--key-chunk", "64"], 1),
         # The plain [rows, K] state tile (no key chunks), one piece.
         (["--modes", "fused", "unfused+ring", "--block-v", "4", "64", "--warps", "4",
           "--key-chunk", "128"], 4),
     ],
-    ids=["small-tiles", "wide-tiles", "plain-tile"],
+    ids=["small-tiles", "wide-tiles", "fused-wide-batch-tile", "plain-tile"],
 )  # fmt: skip
 def test_kernels_compile_for_sm90_without_spills(args, n_rows):
     r = _run(*args)

@@ -354,10 +354,12 @@ def num_warps_for(block_v, K):
 # program (q/k work shared by 64 rows, 32-row tiles in registers); a pipelined loop
 # (stages > 1) was slower at almost every measured point. The B <= 2 rows of the fused modes
 # (more warps per program at B=1) are from the v5 sweep at B=1 too. v6 sweeps: unfused+ring
-# at B=16 in 64-row one-piece tiles; at B > 32, fused, fused+ring and unfused+ring in
-# 128-row programs of two 64-row sub-tiles; all of these with key chunks (KEY_CHUNK_TABLE).
+# at B=16 in 64-row one-piece tiles; at B > 32, fused+ring and unfused+ring in 128-row
+# programs of two 64-row sub-tiles; all of these with key chunks (KEY_CHUNK_TABLE). v9: with
+# the first sub-tile's loads ahead (fused_verify.KDA_VERIFY_FIRST_AHEAD), fused at B > 32 in
+# the 32-row one-piece tiles of B <= 32 (54.24 vs 55.43 us for 128/64, cold, B=64).
 BLOCK_V_TABLE = {
-    "fused": ((2, 4, 4, 2, 1), (8, 8, 8, 1, 1), (32, 32, 32, 4, 1), (None, 128, 64, 4, 1)),
+    "fused": ((2, 4, 4, 2, 1), (8, 8, 8, 1, 1), (None, 32, 32, 4, 1)),
     "fused+ring": ((2, 8, 8, 4, 1), (8, 8, 8, 1, 1), (32, 64, 64, 4, 1), (None, 128, 64, 4, 1)),
     "unfused": ((2, 4, 4, 1, 1), (8, 8, 8, 1, 1), (32, 16, 16, 2, 1), (None, 8, 8, 2, 1)),
     "unfused+ring": (
