@@ -34,6 +34,9 @@ The tile-list kernel counts each tile's distinct kept blocks anyway; a tile is
 path's temporaries fit BLOCK_PATH_MAX_BYTES ("auto"), always ("blocks") or never ("tile"). The tile kernel returns at once for block-handled tiles and the block-major
 kernels at once for the others, so the choice costs no host sync (calls stay capturable in a
 CUDA graph); when no tile is block-handled the block-major phase costs its launches only.
+When both paths may run, the tile kernel runs on a second stream beside the block-major
+kernels (OVERLAP_TILE_KERNEL): they write disjoint rows, and the call joins the streams
+before it returns.
 
 fp32 inputs use tl.dot with input_precision="ieee" so results match the fp32 reference to
 about 1e-5 on the GPU as well as in the interpreter.
