@@ -385,7 +385,8 @@ def _check_pow2_knob(name, value):
 # (10.3 vs 11.6 fused+ring, 10.8 vs 13.6 unfused+ring); chunks of 64 the 128-row programs
 # at B=64 (fused+ring 26.9 vs 29.8 for the best plain tile, fused 56.8 vs 58.0). 16-wide
 # chunks, and chunks at small batches, were slower: each lane then holds 16-32 values of
-# every per-step key vector (registers, and a shared-memory broadcast per step).
+# every per-step key vector (registers, and a shared-memory broadcast per step). The fused
+# kernel's 32-row tiles at B > 32 (v9) were timed with chunks of 64.
 KEY_CHUNK_TABLE = {
     "fused": ((32, None), (None, 64)),
     "fused+ring": ((8, None), (16, 32), (32, None), (None, 64)),
