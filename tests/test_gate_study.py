@@ -55,7 +55,11 @@ def test_patch_applies_to_current_source_and_only_adds_lines(kernel):
     k = gs.KERNELS[kernel]
     text = gs.patch_source(source(kernel), k.hunks, 37)
     compile(text, k.path, "exec")
-    assert "EXTRA=37," in text and NEVER in text and "range(EXTRA)" in text
+    assert NEVER in text
+    if kernel == "kda_loop":  # the amount is an argument of the one compiled kernel
+        assert "37.0,  # gate_steps" in text and "while i_x < gate_steps:" in text
+    else:
+        assert "EXTRA=37," in text and "range(EXTRA)" in text
     original = source(kernel).splitlines()
     added = text.splitlines()
     it = iter(added)
@@ -101,9 +105,10 @@ def test_patched_nsa_forward_writes_the_same_bytes(tmp_path, device):
     assert not torch.equal(lse3, lse_ref) and not torch.equal(lse3, lse0)
 
 
-@pytest.mark.parametrize("kernel", ["kda", "kda_ahead"])
+@pytest.mark.parametrize("kernel", ["kda", "kda_ahead", "kda_loop"])
 def test_patched_kda_fused_verify_writes_the_same_bytes(kernel, tmp_path):
-    """Both KDA slow-down patches (after the stores, ahead of the state accesses)."""
+    """Every KDA slow-down patch (after the stores; ahead of the state accesses, the amount
+    compiled in or a runtime argument)."""
     import kernels.kda as kkda
     from benchmarks import kda as bkda
 

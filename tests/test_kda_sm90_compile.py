@@ -33,9 +33,11 @@ def _run(*args):
         (["--block-v", "4", "8", "--warps", "1", "2", "4"], 24),
         # The B > 32 tiles of the table: 128-row programs in two 64-row sub-tiles, key
         # chunks of 64, compiled for every mode (the ring modes use it); the fused kernel's,
-        # 32-row one-piece tiles with key chunks of 64.
+        # 128-row programs in four 32-row sub-tiles with the next one's loads ahead (two
+        # live at once), key chunks of 64.
         (["--block-v", "128", "--sub-v", "64", "--warps", "4", "--key-chunk", "64"], 4),
-        (["--modes", "fused", "--block-v", "32", "--warps", "4", "--key-chunk", "64"], 1),
+        (["--modes", "fused", "--block-v", "128", "--sub-v", "32", "--warps", "4",
+          "--key-chunk", "64", "--prefetch"], 1),
         # The plain [rows, K] state tile (no key chunks), one piece.
         (["--modes", "fused", "unfused+ring", "--block-v", "4", "64", "--warps", "4",
           "--key-chunk", "128"], 4),

@@ -285,12 +285,13 @@ def test_replay_matches_snapshots(cpu_dtype, device, one_tile):
     assert rel_err(new[1], snap["inter_ssm"][lines[1], T - 1]) < 1e-5
 
 
-def _set_tile(monkeypatch, bv, sub, nw, st, state_first=None, ahead=False):
+def _set_tile(monkeypatch, bv, sub, nw, st, state_first=None, ahead=False, prefetch=False):
     for mod, prefix in ((fused_mod, "KDA_VERIFY_"), (rec_mod, "RECURRENT_")):
         for name, value in (("BLOCK_V", bv), ("SUB_V", sub), ("NUM_WARPS", nw), ("STAGES", st)):
             monkeypatch.setattr(mod, prefix + name, value)
     monkeypatch.setattr(fused_mod, "KDA_VERIFY_STATE_FIRST", state_first)
     monkeypatch.setattr(fused_mod, "KDA_VERIFY_FIRST_AHEAD", ahead)
+    monkeypatch.setattr(fused_mod, "KDA_VERIFY_PREFETCH", prefetch)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -315,10 +316,15 @@ def test_block_v_choices_agree(mode, device, monkeypatch):
         (8, 2, 1, 2, "ahead"),
         (16, 8, 2, 1, "ahead"),
         (16, None, None, None, "ahead"),  # one piece: the loop has no second sub-tile
+        (8, 2, 1, None, "prefetch"),  # four sub-tiles, each loaded during the one before
+        (16, 8, 2, None, "prefetch"),
+        (16, None, None, None, "prefetch"),
     )
     for bv, sub, nw, st, first in tiles:
         if first == "ahead":
             _set_tile(monkeypatch, bv, sub, nw, st, False, ahead=True)
+        elif first == "prefetch":
+            _set_tile(monkeypatch, bv, sub, nw, st, False, ahead=False, prefetch=True)
         else:
             _set_tile(monkeypatch, bv, sub, nw, st, first)
         inp, o = run_and_check(mode, B, T, H, HV, K, V, torch.float32, device, seed=5)
@@ -369,6 +375,7 @@ def test_tile_table_and_knobs(monkeypatch):
     [
         ("KDA_VERIFY_STATE_FIRST", 1),
         ("KDA_VERIFY_FIRST_AHEAD", None),
+        ("KDA_VERIFY_PREFETCH", 1),
         ("KDA_VERIFY_BLOCK_V", 3),
         ("KDA_VERIFY_MAXNREG", 16),
         ("KDA_VERIFY_MAXNREG", 168.0),
@@ -376,6 +383,7 @@ def test_tile_table_and_knobs(monkeypatch):
     ids=[
         "state-first-not-bool",
         "first-ahead-not-bool",
+        "prefetch-not-bool",
         "block-v-not-pow2",
         "maxnreg-too-small",
         "maxnreg-not-int",

@@ -26,12 +26,13 @@ GPU host and docs/measurement.md ("Not yet shown") says what each result answers
                              records concatenated); --factors adds a post-hoc factor sweep
 
 KERNEL is `nsa` (the NSA selection forward, benchmark class nsa.NsaForward), `kda` (the
-fused KDA verify, kda.KdaVerify) or `kda_ahead` (the same kernel, slowed differently, see
-below). The slow-down patch adds, inside the Triton kernel, EXTRA dependent fp32
+fused KDA verify, kda.KdaVerify), `kda_ahead` or `kda_loop` (the same kernel, slowed
+differently, see below). The slow-down patch adds, inside the Triton kernel, EXTRA dependent fp32
 multiply-adds per program after its own stores; their result is stored only when a new
 runtime float argument is positive, and the wrapper always passes 0.0 (`kda_ahead`: the
 chain runs first and every state access waits for a test of its result that holds while
-that argument is 0.0). Triton
+that argument is 0.0; `kda_loop`: the same place, the amount a runtime argument, so that
+every amount runs one compiled kernel). Triton
 never specializes float arguments, so the compiler cannot drop the work, and nothing the
 kernel writes changes (calibrate checks this bit for bit).
 """
@@ -154,6 +155,29 @@ KDA_AHEAD_HUNKS = (
 )
 
 
+# The same place as KDA_AHEAD_HUNKS, but the amount is a runtime argument (a float: Triton
+# never specializes those) counted down by a `while` loop, so every amount runs the same
+# compiled kernel: the patch's cost to the schedule is fixed, and the added time grows with
+# the amount alone, step by step, on every program's critical path (`kda_loop`).
+KDA_LOOP_HUNKS = (
+    Hunk("lower_bound,", "gate_never,\ngate_steps,"),
+    Hunk(
+        "valid = (i_slot >= 0) & (i_cline >= 0) & (i_line >= 0)",
+        "# gate-study extra work: gate_steps dependent steps ahead of every state access.\n"
+        "b_x = scale * 1.0\n"
+        "i_x = scale * 0.0\n"
+        "while i_x < gate_steps:\n"
+        "    b_x = b_x * 0.9990234375 + 0.5\n"
+        "    i_x += 1.0\n"
+        "valid = valid & ((b_x < 1.0e30) != (gate_never > 0.0))\n",
+    ),
+    Hunk(
+        "0.0 if lower_bound is None else float(lower_bound),",
+        "0.0,  # gate_never\n{extra}.0,  # gate_steps",
+    ),
+)
+
+
 @dataclass(frozen=True)
 class Kernel:
     name: str
@@ -203,6 +227,7 @@ KERNELS = {
 }
 # The same kernel and points as "kda", slowed by the other patch (KDA_AHEAD_HUNKS).
 KERNELS["kda_ahead"] = replace(KERNELS["kda"], name="kda_ahead", hunks=KDA_AHEAD_HUNKS)
+KERNELS["kda_loop"] = replace(KERNELS["kda"], name="kda_loop", hunks=KDA_LOOP_HUNKS)
 SMOKE_LADDER = (2, 4)
 
 

@@ -357,9 +357,11 @@ def num_warps_for(block_v, K):
 # at B=16 in 64-row one-piece tiles; at B > 32, fused+ring and unfused+ring in 128-row
 # programs of two 64-row sub-tiles; all of these with key chunks (KEY_CHUNK_TABLE). v9: with
 # the first sub-tile's loads ahead (fused_verify.KDA_VERIFY_FIRST_AHEAD), fused at B > 32 in
-# the 32-row one-piece tiles of B <= 32 (54.24 vs 55.43 us for 128/64, cold, B=64).
+# the 32-row one-piece tiles of B <= 32 (54.24 vs 55.43 us for 128/64, cold, B=64). v10:
+# fused at B > 32 in 128-row programs of four 32-row sub-tiles, each loaded while the one
+# before computes (fused_verify.KDA_VERIFY_PREFETCH; 53.71 vs 54.48 us).
 BLOCK_V_TABLE = {
-    "fused": ((2, 4, 4, 2, 1), (8, 8, 8, 1, 1), (None, 32, 32, 4, 1)),
+    "fused": ((2, 4, 4, 2, 1), (8, 8, 8, 1, 1), (32, 32, 32, 4, 1), (None, 128, 32, 4, 1)),
     "fused+ring": ((2, 8, 8, 4, 1), (8, 8, 8, 1, 1), (32, 64, 64, 4, 1), (None, 128, 64, 4, 1)),
     "unfused": ((2, 4, 4, 1, 1), (8, 8, 8, 1, 1), (32, 16, 16, 2, 1), (None, 8, 8, 2, 1)),
     "unfused+ring": (

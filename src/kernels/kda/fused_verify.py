@@ -62,6 +62,14 @@ STATE_FIRST_MAX_B = 8
 # us, one process, interleaved): fused 15.50 -> 14.33 and fused+ring 10.11 -> 9.28 at
 # B=16, 56.56 -> 55.80 and 26.80 -> 26.55 at B=64.
 KDA_VERIFY_FIRST_AHEAD = True
+# Whether the sub-tile loop loads the next sub-tile's inputs and state rows before this
+# one's steps run (a double buffer in registers: two sub-tiles' state rows live at once),
+# read at every call; implies the first sub-tile's loads ahead. None = on for the snapshot
+# mode at B > 32 (its table tile, 128 rows in 32-row sub-tiles, was timed with it: 53.71
+# vs 54.48 us for v9's 32-row one-piece tiles; without it the same tile took 56.47,
+# docs/perf/kda.md v10), off elsewhere (the ring modes' 64-row sub-tiles spill when two are
+# live); a bool forces it.
+KDA_VERIFY_PREFETCH = None
 
 
 @triton.jit
@@ -169,6 +177,7 @@ def _fused_verify_kernel(
     STAGES: tl.constexpr,
     STATE_FIRST: tl.constexpr,
     FIRST_AHEAD: tl.constexpr,
+    PREFETCH: tl.constexpr,
     KC: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     SAFE_GATE: tl.constexpr,
@@ -284,13 +293,40 @@ def _fused_verify_kernel(
                 p_rawk, s_rawk_r, p_g, s_g_r, p_beta, s_beta_r, b_k, b_g, b_beta, o_k,
                 m_k & own_k, own_v & valid, T,
             )  # fmt: skip
-        if FIRST_AHEAD:
+        if PREFETCH:
+            # Double buffer: sub-tile i + 1's loads are issued before sub-tile i's steps, so
+            # a program always has state rows in flight while it computes (the loop is
+            # unrolled: NSUB is at most V / SUB_V).
+            NSUB: tl.constexpr = BLOCK_V // SUB_V
+            b_cur = (b_xv0, b_wv0, b_bv0, b_S0)
+            o_cur = o_sv0
+            for i_s in tl.static_range(NSUB):
+                if i_s + 1 < NSUB:
+                    o_nxt = i_v * BLOCK_V + (i_s + 1) * SUB_V + tl.arange(0, SUB_V)
+                    b_nxt = _load_v_rows(
+                        p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0,
+                        s_h0_v, c_v0 + o_nxt, o_nxt, valid, T, W, K, KC, HAS_BIAS,
+                    )  # fmt: skip
+                _value_steps(
+                    b_cur[0], b_cur[1], b_cur[2], b_cur[3], b_qs, b_ks, b_g, b_beta, valid,
+                    p_win, s_win_c, s_win_t, s_win_w, c_v0 + o_cur, p_o, s_o_n, p_snap,
+                    s_snap_t, s_snap_v, p_rawv, s_rawv_r, o_cur, T, W, K, KC, SNAPSHOT, SNAP_CM,
+                    RING,
+                )  # fmt: skip
+                if i_s + 1 < NSUB:
+                    b_cur = b_nxt
+                    o_cur = o_nxt
+        elif FIRST_AHEAD:
             _value_steps(
                 b_xv0, b_wv0, b_bv0, b_S0, b_qs, b_ks, b_g, b_beta, valid, p_win, s_win_c,
                 s_win_t, s_win_w, c_v0 + o_sv0, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv,
                 s_rawv_r, o_sv0, T, W, K, KC, SNAPSHOT, SNAP_CM, RING,
             )  # fmt: skip
-        for i_s in tl.range(1 if FIRST_AHEAD else 0, BLOCK_V // SUB_V, num_stages=STAGES):
+        for i_s in tl.range(
+            BLOCK_V // SUB_V if PREFETCH else (1 if FIRST_AHEAD else 0),
+            BLOCK_V // SUB_V,
+            num_stages=STAGES,
+        ):
             o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
             b_xv, b_wv, b_bv, b_S = _load_v_rows(
                 p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0, s_h0_v,
@@ -443,7 +479,14 @@ def fused_kda_conv_gating_verify(
     first_ahead = KDA_VERIFY_FIRST_AHEAD
     if not isinstance(first_ahead, bool):
         raise ValueError(f"KDA_VERIFY_FIRST_AHEAD must be a bool, got {first_ahead!r}")
-    first_ahead = first_ahead and not (state_first and SUB == BV)  # that order loads first
+    prefetch = KDA_VERIFY_PREFETCH
+    if prefetch is None:
+        prefetch = mode == "fused" and B > 32
+    elif not isinstance(prefetch, bool):
+        raise ValueError(f"KDA_VERIFY_PREFETCH must be None or a bool, got {prefetch!r}")
+    one_piece_first = state_first and SUB == BV  # that order loads first
+    prefetch = prefetch and not one_piece_first
+    first_ahead = (first_ahead or prefetch) and not one_piece_first
     grid = (B, HV, V // BV)
     _fused_verify_kernel[grid](
         mixed_qkv, conv_weight, conv_bias if conv_bias is not None else conv_weight, conv_state,
@@ -457,6 +500,7 @@ def fused_kda_conv_gating_verify(
         T=T, W=W, H=H, HV=HV, K=K, V=V, BLOCK_V=BV, SUB_V=SUB, STAGES=stages,
         STATE_FIRST=state_first,
         FIRST_AHEAD=first_ahead,
+        PREFETCH=prefetch,
         KC=kc,
         HAS_BIAS=conv_bias is not None,
         SAFE_GATE=lower_bound is not None,
