@@ -56,8 +56,8 @@ def test_patch_applies_to_current_source_and_only_adds_lines(kernel):
     text = gs.patch_source(source(kernel), k.hunks, 37)
     compile(text, k.path, "exec")
     assert NEVER in text
-    if kernel == "kda_loop":  # the amount is an argument of the one compiled kernel
-        assert "37.0,  # gate_steps" in text and "while i_x < gate_steps:" in text
+    if kernel.endswith("_loop"):  # the amount is an argument of the one compiled kernel
+        assert "37.0,  # gate_steps" in text and " < gate_steps:" in text
     else:
         assert "EXTRA=37," in text and "range(EXTRA)" in text
     original = source(kernel).splitlines()
@@ -84,7 +84,8 @@ def load(kernel, extra, tmp_path, forced=False):
     return gs.load_source(kernel, tag, text.replace(NEVER, FORCED) if forced else text, tmp_path)
 
 
-def test_patched_nsa_forward_writes_the_same_bytes(tmp_path, device):
+@pytest.mark.parametrize("kernel", ["nsa", "nsa_loop"])
+def test_patched_nsa_forward_writes_the_same_bytes(kernel, tmp_path, device):
     from kernels import nsa
 
     B, Hq, Hkv, T, D, bs, S = 1, 4, 1, 40, 32, 16, 3
@@ -96,11 +97,11 @@ def test_patched_nsa_forward_writes_the_same_bytes(tmp_path, device):
         return mod.selection_forward_triton(q, k, v, idx, bs, return_lse=True)
 
     o_ref, lse_ref = run(nsa.forward)
-    o, lse = run(load("nsa", 3, tmp_path))
+    o, lse = run(load(kernel, 3, tmp_path))
     assert torch.equal(o, o_ref) and torch.equal(lse, lse_ref)
     # The flag forced on: the extra result lands in lse, and it depends on EXTRA.
-    o3, lse3 = run(load("nsa", 3, tmp_path, forced=True))
-    o0, lse0 = run(load("nsa", 0, tmp_path, forced=True))
+    o3, lse3 = run(load(kernel, 3, tmp_path, forced=True))
+    o0, lse0 = run(load(kernel, 0, tmp_path, forced=True))
     assert torch.equal(o3, o_ref)
     assert not torch.equal(lse3, lse_ref) and not torch.equal(lse3, lse0)
 

@@ -25,14 +25,14 @@ GPU host and docs/measurement.md ("Not yet shown") says what each result answers
     summary DIR [DIR ...]    summary.md from everything in the study directories (their
                              records concatenated); --factors adds a post-hoc factor sweep
 
-KERNEL is `nsa` (the NSA selection forward, benchmark class nsa.NsaForward), `kda` (the
-fused KDA verify, kda.KdaVerify), `kda_ahead` or `kda_loop` (the same kernel, slowed
-differently, see below). The slow-down patch adds, inside the Triton kernel, EXTRA dependent fp32
+KERNEL is `nsa` or `nsa_loop` (the NSA selection forward, benchmark class nsa.NsaForward),
+`kda`, `kda_ahead` or `kda_loop` (the fused KDA verify, kda.KdaVerify; slowed in different
+ways, see below). The slow-down patch adds, inside the Triton kernel, EXTRA dependent fp32
 multiply-adds per program after its own stores; their result is stored only when a new
 runtime float argument is positive, and the wrapper always passes 0.0 (`kda_ahead`: the
 chain runs first and every state access waits for a test of its result that holds while
-that argument is 0.0; `kda_loop`: after the stores, the amount a runtime argument, so that
-every amount runs one compiled kernel). Triton
+that argument is 0.0; `nsa_loop`, `kda_loop`: after the stores, the amount a runtime
+argument, so that every amount runs one compiled kernel). Triton
 never specializes float arguments, so the compiler cannot drop the work, and nothing the
 kernel writes changes (calibrate checks this bit for bit).
 """
@@ -115,6 +115,30 @@ NSA_HUNKS = (
     ),
     Hunk("dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,", "0.0,  # gate_never"),
     Hunk("BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **flags,", "EXTRA={extra},"),
+)
+
+# The NSA patch with the amount as a runtime argument, counted down by a `while` loop
+# (`nsa_loop`, see KDA_LOOP_HUNKS): every amount runs one compiled kernel.
+NSA_LOOP_HUNKS = (
+    Hunk("T, NB, Hq, G, qk_scale, MIN_BLOCKS,", "gate_never, gate_steps,"),
+    Hunk(
+        "def launch(kernel, grid, *args, num_stages, **kwargs):",
+        "# gate-study extra work: gate_steps dependent steps per row of the tile, after the\n"
+        "# tile's own stores; the store needs gate_never > 0, which the wrapper never passes.\n"
+        "i_x = tl.arange(0, BLOCK_T * BLOCK_G)\n"
+        "b_x = tl.zeros([BLOCK_T * BLOCK_G], dtype=tl.float32) + qk_scale\n"
+        "n_x = qk_scale * 0.0\n"
+        "while n_x < gate_steps:\n"
+        "    b_x = b_x * 0.9990234375 + 0.5\n"
+        "    n_x += 1.0\n"
+        "tl.store(LSE + i_x, b_x, mask=(i_x >= 0) & (gate_never > 0.0))\n\n\n",
+        before=True,
+        indent=4,
+    ),
+    Hunk(
+        "dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,",
+        "0.0,  # gate_never\n{extra}.0,  # gate_steps",
+    ),
 )
 
 KDA_HUNKS = (
@@ -235,6 +259,7 @@ KERNELS = {
     ),
 }
 # The same kernel and points as "kda", slowed by the other patch (KDA_AHEAD_HUNKS).
+KERNELS["nsa_loop"] = replace(KERNELS["nsa"], name="nsa_loop", hunks=NSA_LOOP_HUNKS)
 KERNELS["kda_ahead"] = replace(KERNELS["kda"], name="kda_ahead", hunks=KDA_AHEAD_HUNKS)
 KERNELS["kda_loop"] = replace(KERNELS["kda"], name="kda_loop", hunks=KDA_LOOP_HUNKS)
 SMOKE_LADDER = (2, 4)

@@ -28,7 +28,7 @@
 # 10-minute limit; call again for the rest.
 #
 # Other knobs: MACHINE (default h200), FACTOR (default 1.015, the gate's), DETECT_KERNELS
-# (default "nsa kda_loop"; also kda, kda_ahead), CONT_ARGS (more `asv continuous` arguments
+# (default "nsa_loop kda_loop"; also nsa, kda, kda_ahead), CONT_ARGS (more `asv continuous` arguments
 # for aa and detect, default the gate's "-a rounds=2 --interleave-rounds"; CONT_ARGS= for
 # one process per side),
 # SWEEP_FACTORS (the summary's post-hoc factor sweep; factors below FACTOR are skipped),
@@ -56,7 +56,7 @@ NOISE_BENCH=${NOISE_BENCH:-$TIMINGS}
 AA_TRIES=${AA_TRIES:-3}
 AA_BENCH=${AA_BENCH:-$TIMINGS}
 DETECT_TRIES=${DETECT_TRIES:-3}
-DETECT_KERNELS=${DETECT_KERNELS:-nsa kda_loop}
+DETECT_KERNELS=${DETECT_KERNELS:-nsa_loop kda_loop}
 DETECT_TARGETS=${DETECT_TARGETS:-1 2 5 10}
 CONT_ARGS=${CONT_ARGS--a rounds=2 --interleave-rounds}  # the gate's; CONT_ARGS= for none
 SWEEP_FACTORS=${SWEEP_FACTORS:-1.01 1.015 1.02 1.03 1.05}
