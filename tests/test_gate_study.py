@@ -277,6 +277,30 @@ def test_scratch_repository_and_slow_commit(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kernel", ["nsa_loop", "kda_loop"])
+def test_calibrate_in_smoke_mode(kernel, tmp_path):
+    """`calibrate` of the detect stage's default patches on the smoke suite (CPU): every
+    gated point of the kernel's class is set up, rebound to the patched kernel, checked bit
+    for bit against the original and timed."""
+    out = tmp_path / "cal.json"
+    env = dict(os.environ, ATTNBENCH_SMOKE="1", TRITON_INTERPRET="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "gate_study.py"), "calibrate", kernel,
+         "--out", str(out), "--extras", "3", "--reps", "1"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    cal = json.loads(out.read_text())
+    if not gs._bench_module().SMOKE:
+        pytest.skip("this process sees the GPU grid, the calibration ran the smoke grid")
+    _, points = gs.gated_points(kernel)
+    methods = gs.KERNELS[kernel].methods
+    assert cal["extras"] == [3] and len(cal["points"]) == len(points) * len(methods) > 0
+    for row in cal["points"].values():
+        assert row["base_s"] > 0 and set(row["slowdown_pct"]) == {"3"}
+
+
 def test_noise_stage_end_to_end_in_smoke_mode(tmp_path):
     """tools/gpu_gate_study.sh, noise stage, 2 processes of the fast reference benchmark."""
     reason = smoke.available()

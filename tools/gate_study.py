@@ -414,7 +414,7 @@ def gated_points(kernel):
 def _rebind(bench, kernel, api):
     """Point a set-up benchmark instance at `api`; returns a callable giving its output."""
     bench.api = api
-    if kernel == "nsa":
+    if KERNELS[kernel].bench == "nsa.NsaForward":
         bench.prepare()
         return bench.peak_fn
     bench.fn = bench.call(seed=0)
