@@ -125,9 +125,11 @@ if has_stage detect; then
         cal=$STUDY/calibration-$k.json
         override=DETECT_EXTRAS_${k^^}
         if [ ! -f "$cal" ]; then
-            in_time "calibrate $k" 240 || continue
-            args=(--targets $DETECT_TARGETS)
-            [ -n "${!override:-}" ] && args=(--extras ${!override})
+            # Expected seconds: the ladder search and every target (KDA, 2026-11-30: about
+            # 130 s with the environment's creation), or only the given amounts.
+            args=(--targets $DETECT_TARGETS) expect=240
+            [ -n "${!override:-}" ] && args=(--extras ${!override}) expect=120
+            in_time "calibrate $k" "$expect" || continue
             # In this checkout (the same sources as gate-base), not in the scratch repository.
             (cd "$ROOT" && "${GS[@]}" calibrate "$k" --out "$cal" "${args[@]}" \
                 --reps "${CAL_REPS:-3}") || { note "calibrate $k failed"; continue; }
