@@ -338,6 +338,50 @@ def test_noise_stage_end_to_end_in_smoke_mode(tmp_path):
     assert "## Noise" in (out / "summary.md").read_text()
 
 
+def test_aa_with_the_second_stage_end_to_end_in_smoke_mode(tmp_path):
+    """tools/gpu_gate_study.sh, one A/A try with CONFIRM_ROUNDS=1: ci.confirm re-runs its
+    suspect (every point, --suspect 1) one more process per side, appended to the stored
+    samples, and the record holds the two-stage verdict with stage 1's beside it."""
+    reason = smoke.available()
+    if reason:
+        pytest.skip(reason)
+    home, out, study = tmp_path / "home", tmp_path / "out", tmp_path / "study"
+    smoke.register_machine(home)
+    env = dict(
+        smoke.env(home),
+        HOST_PY=str(smoke.VPY),
+        MACHINE=smoke.MACHINE,
+        STAGES="aa",
+        AA_TRIES="1",
+        AA_BENCH=r"nsa\.NsaForward\.track_time\(.*'reference'",
+        FACTOR="3",
+        CONFIRM_ROUNDS="1",
+        CONFIRM_SUSPECT="1",
+        CONFIRM_FACTOR="3",
+        OUT=str(out),
+        STUDY=str(study),
+        ASV_ENV_DIR=str(smoke.SHARED_ENV_DIR),
+        WHEELHOUSE=str(tmp_path / "none"),
+    )
+    res = subprocess.run(
+        ["bash", str(ROOT / "tools" / "gpu_gate_study.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    log = res.stdout + res.stderr
+    assert res.returncode == 0, log[-4000:]
+    (rec,) = gs.read_jsonl(study / "aa.jsonl")
+    name = "nsa.NsaForward.track_time(40, 'reference', 'tiny-seed', 'random')"
+    assert rec["suspects"] == [name] and rec["rc"] == 0 and "stage1_worse" in rec, rec
+    assert "confirm: exit 0" in log
+    per_process = gs.default_per_process()
+    for commit in (rec["base"], rec["head"]):
+        samples = gs.stored_samples(study / "repo" / "results-gate", smoke.MACHINE, commit)
+        assert len(samples[name]) == 3 * per_process  # two rounds of stage 1, one of stage 2
+
+
 # ---------------------------------------------------------------------------------------
 # Several study directories and the post-hoc factor sweep (run factor 1.01)
 

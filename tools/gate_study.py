@@ -57,6 +57,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from ci.asv_results import stored_samples, stored_values  # noqa: E402
+
 BASE_TAG, AA_TAG = "gate-base", "gate-aa"
 CONFS = {"gate.conf.json": "results-gate", "noise.conf.json": "results-noise"}
 DEFAULT_TARGETS = (1.0, 2.0, 5.0, 10.0)
@@ -565,33 +569,6 @@ def cv_stats(chunks):
     }
 
 
-def _stored_points(results_dir, machine, commit, per_key):
-    """(point name, item) for each parameter combination of one commit's stored results,
-    where per_key(result, key, params) gives one item per combination."""
-    from asv.results import iter_results_for_machine_and_hash
-
-    for res in iter_results_for_machine_and_hash(str(results_dir), machine, commit):
-        for key in res.get_all_result_keys():
-            params = res.get_result_params(key)
-            combos = itertools.product(*params) if params else [()]
-            for combo, item in zip(combos, per_key(res, key, params), strict=True):
-                yield (f"{key}({', '.join(combo)})" if params else key), item
-
-
-def stored_samples(results_dir, machine, commit):
-    """{point name: samples} of one commit's stored results (points without samples left out)."""
-    points = _stored_points(
-        results_dir, machine, commit, lambda r, k, p: r.get_result_samples(k, p)
-    )
-    return {name: list(s) for name, s in points if s}
-
-
-def stored_values(results_dir, machine, commit):
-    """{point name: value} (asv's median; None and NaN left out) of one commit's results."""
-    points = _stored_points(results_dir, machine, commit, lambda r, k, p: r.get_result_value(k, p))
-    return {name: v for name, v in points if v is not None and v == v}
-
-
 def noise_table(samples, per_process):
     """{point: cv_stats} for every point with at least one complete process."""
     out = {}
@@ -632,18 +609,42 @@ def parse_continuous(text):
     return rows
 
 
-def record_try(kind, log_text, rc, base_values, head_values, **extra):
+def record_try(kind, log_text, rc, base_values, head_values, confirm=None, **extra):
     """One continuous try as a JSON-ready dict: flagged rows from its output, and the median
-    ratio head/base of every point both commits hold."""
+    ratio head/base of every point both commits hold.
+
+    confirm: the gate's second stage (`ci.confirm`), when it ran: {"suspects": [...],
+    "compare": its compare output, "rc": its exit code}. The suspects' flags are then its
+    compare's (from pooled samples) and the other points keep stage 1's; "stage1_worse" and
+    "stage1_better" keep stage 1's own, and "rc" becomes the two-stage gate's."""
     rows = parse_continuous(log_text)
     ratios = {n: head_values[n] / base_values[n] for n in base_values if n in head_values}
+    worse = {r["name"] for r in rows if r["mark"] in ("+", "!")}
+    better = {r["name"] for r in rows if r["mark"] == "-"}
+    out = {"kind": kind, "rc": rc}
+    if confirm is not None:
+        suspects = set(confirm["suspects"])
+        again = {r["name"]: r["mark"] for r in parse_continuous(confirm["compare"])}
+        out.update(
+            rc=confirm["rc"],
+            stage1_rc=rc,
+            stage1_worse=sorted(worse),
+            stage1_better=sorted(better),
+            suspects=sorted(suspects),
+        )
+        worse = (worse - suspects) | {n for n in suspects if again.get(n) in ("+", "!")}
+        better = (better - suspects) | {n for n in suspects if again.get(n) == "-"}
+    return {**out, "worse": sorted(worse), "better": sorted(better), "ratios": ratios, **extra}
+
+
+def read_confirm(directory):
+    """record_try's `confirm` argument from a `ci.confirm --out` directory."""
+    d = Path(directory)
+    compare = d / "confirm-compare.txt"
     return {
-        "kind": kind,
-        "rc": rc,
-        "worse": sorted(r["name"] for r in rows if r["mark"] in ("+", "!")),
-        "better": sorted(r["name"] for r in rows if r["mark"] == "-"),
-        "ratios": ratios,
-        **extra,
+        "suspects": json.loads((d / "suspects.json").read_text())["suspects"],
+        "compare": compare.read_text(errors="replace") if compare.exists() else "",
+        "rc": json.loads((d / "confirm.json").read_text())["exit_code"],
     }
 
 
@@ -999,6 +1000,7 @@ def main(argv=None):
     p.add_argument("--extra", type=int)
     p.add_argument("--wall-s", type=float)
     p.add_argument("--try", dest="try_", type=int)
+    p.add_argument("--confirm-dir", help="the gate's second stage's output (ci.confirm --out)")
     p = sub.add_parser("tries")
     p.add_argument("jsonl")
     p.add_argument("--kernel")
@@ -1046,6 +1048,7 @@ def main(argv=None):
             args.rc,
             stored_values(args.results, args.machine, args.base),
             stored_values(args.results, args.machine, args.head),
+            confirm=read_confirm(args.confirm_dir) if args.confirm_dir else None,
             kernel=args.kernel,
             extra=args.extra,
             try_=args.try_,

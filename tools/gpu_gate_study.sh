@@ -31,6 +31,10 @@
 # (default "nsa_loop kda_loop"; also nsa, kda, kda_ahead), CONT_ARGS (more `asv continuous` arguments
 # for aa and detect, default the gate's "-a rounds=2 --interleave-rounds"; CONT_ARGS= for
 # one process per side),
+# CONFIRM_ROUNDS (default 0; > 0 runs the gate's second stage, ci.confirm, after every aa
+# and detect try: the suspects, up to CONFIRM_MAX (4), get CONFIRM_ROUNDS more processes per
+# side and are judged at CONFIRM_FACTOR (1.006); a suspect's stage-1 ratio is beyond
+# CONFIRM_SUSPECT (1.005); the records then hold the two-stage verdict, stage 1's beside it),
 # SWEEP_FACTORS (the summary's post-hoc factor sweep; factors below FACTOR are skipped),
 # DETECT_EXTRAS_NSA / DETECT_EXTRAS_KDA_LOOP / ... (EXTRA amounts to calibrate and test
 # instead of the targets' search), CAL_REPS (default 3), ASV_ENV_DIR (default .asv/env, shared with
@@ -59,6 +63,10 @@ DETECT_TRIES=${DETECT_TRIES:-3}
 DETECT_KERNELS=${DETECT_KERNELS:-nsa_loop kda_loop}
 DETECT_TARGETS=${DETECT_TARGETS:-1 2 5 10}
 CONT_ARGS=${CONT_ARGS--a rounds=2 --interleave-rounds}  # the gate's; CONT_ARGS= for none
+CONFIRM_ROUNDS=${CONFIRM_ROUNDS:-0}  # > 0: the gate's second stage after each try (ci.confirm)
+CONFIRM_SUSPECT=${CONFIRM_SUSPECT:-1.005}
+CONFIRM_FACTOR=${CONFIRM_FACTOR:-1.006}
+CONFIRM_MAX=${CONFIRM_MAX:-4}
 SWEEP_FACTORS=${SWEEP_FACTORS:-1.01 1.015 1.02 1.03 1.05}
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
@@ -76,17 +84,27 @@ read -r BASE AA < <("${GS[@]}" clone "$REPO" --env-dir "${ASV_ENV_DIR:-$ROOT/.as
 note "gate_study: scratch repository $REPO: base $BASE, aa $AA"
 cd "$REPO" || exit 1
 
-# cont KIND LOG JSONL HEAD BENCH [record args]: one asv continuous try, recorded
+# cont KIND LOG JSONL HEAD BENCH [record args]: one asv continuous try (and, with
+# CONFIRM_ROUNDS > 0, the gate's second stage, ci.confirm), recorded
 cont() {
-    local kind=$1 log=$2 jsonl=$3 head=$4 bench=$5 t0 rc
+    local kind=$1 log=$2 jsonl=$3 head=$4 bench=$5 t0 rc confirm=()
     shift 5
     t0=$(date +%s)
     "${ASV[@]}" continuous "$BASE" "$head" --config gate.conf.json --machine "$MACHINE" \
         --factor "$FACTOR" -b "$bench" --show-stderr "${LM[@]}" $CONT_ARGS 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
+    if [ "$CONFIRM_ROUNDS" -gt 0 ]; then
+        PYTHONPATH=$ROOT "$HOST_PY" -m ci.confirm --machine "$MACHINE" --base "$BASE" \
+            --head "$head" --continuous-log "$log" --continuous-code "$rc" \
+            --rounds "$CONFIRM_ROUNDS" --suspect "$CONFIRM_SUSPECT" --factor "$CONFIRM_FACTOR" \
+            --max "$CONFIRM_MAX" --out "${log%.log}-confirm" --asv "${ASV[*]}" \
+            --config gate.conf.json --results results-gate --run-args "${LM[*]}" 2>&1 \
+            | tee "${log%.log}-confirm.log"
+        confirm=(--confirm-dir "${log%.log}-confirm")
+    fi
     "${GS[@]}" record "$kind" "$log" --rc "$rc" --results results-gate --machine "$MACHINE" \
-        --base "$BASE" --head "$head" --jsonl "$jsonl" --wall-s $(($(date +%s) - t0)) "$@" \
-        | tee -a "$SUMMARY"
+        --base "$BASE" --head "$head" --jsonl "$jsonl" --wall-s $(($(date +%s) - t0)) \
+        "${confirm[@]}" "$@" | tee -a "$SUMMARY"
 }
 
 # --- noise: one more process per point with every asv run, until NOISE_N

@@ -1,0 +1,38 @@
+"""Read asv's stored results of one commit as {point name: value}, point by point.
+
+A point is one parameter combination of one benchmark, named as `asv continuous` and
+`asv compare` print it: `module.Class.method(param, ...)` with asv's own repr of each
+parameter (or the bare name when the benchmark has no parameters). Used by the PR gate's
+confirmation stage (`ci.confirm`) and the gate study (`tools/gate_study.py`).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+
+def _stored_points(results_dir, machine, commit, per_key):
+    """(point name, item) for each parameter combination of one commit's stored results,
+    where per_key(result, key, params) gives one item per combination."""
+    from asv.results import iter_results_for_machine_and_hash
+
+    for res in iter_results_for_machine_and_hash(str(results_dir), machine, commit):
+        for key in res.get_all_result_keys():
+            params = res.get_result_params(key)
+            combos = itertools.product(*params) if params else [()]
+            for combo, item in zip(combos, per_key(res, key, params), strict=True):
+                yield (f"{key}({', '.join(combo)})" if params else key), item
+
+
+def stored_samples(results_dir, machine, commit):
+    """{point name: samples} of one commit's stored results (points without samples left out)."""
+    points = _stored_points(
+        results_dir, machine, commit, lambda r, k, p: r.get_result_samples(k, p)
+    )
+    return {name: list(s) for name, s in points if s}
+
+
+def stored_values(results_dir, machine, commit):
+    """{point name: value} (asv's median; None and NaN left out) of one commit's results."""
+    points = _stored_points(results_dir, machine, commit, lambda r, k, p: r.get_result_value(k, p))
+    return {name: v for name, v in points if v is not None and v == v}
