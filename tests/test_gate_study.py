@@ -301,8 +301,11 @@ def test_calibrate_in_smoke_mode(kernel, tmp_path):
         assert row["base_s"] > 0 and set(row["slowdown_pct"]) == {"3"}
 
 
-def test_noise_stage_end_to_end_in_smoke_mode(tmp_path):
-    """tools/gpu_gate_study.sh, noise stage, 2 processes of the fast reference benchmark."""
+REFERENCE_POINT = r"nsa\.NsaForward\.track_time\(.*'reference'"
+
+
+def run_study_smoke(tmp_path, **knobs):
+    """tools/gpu_gate_study.sh in smoke mode with these knobs; returns (log, out, study)."""
     reason = smoke.available()
     if reason:
         pytest.skip(reason)
@@ -312,13 +315,11 @@ def test_noise_stage_end_to_end_in_smoke_mode(tmp_path):
         smoke.env(home),
         HOST_PY=str(smoke.VPY),
         MACHINE=smoke.MACHINE,
-        STAGES="noise",
-        NOISE_N="2",
-        NOISE_BENCH=r"nsa\.NsaForward\.track_time\(.*'reference'",
         OUT=str(out),
         STUDY=str(study),
         ASV_ENV_DIR=str(smoke.SHARED_ENV_DIR),
         WHEELHOUSE=str(tmp_path / "none"),
+        **knobs,
     )
     res = subprocess.run(
         ["bash", str(ROOT / "tools" / "gpu_gate_study.sh")],
@@ -330,6 +331,14 @@ def test_noise_stage_end_to_end_in_smoke_mode(tmp_path):
     log = res.stdout + res.stderr
     assert res.returncode == 0, log[-4000:]
     assert sorted(os.listdir(out)) == ["gate_study.log", "study.tar.gz", "summary.md"]
+    return log, out, study
+
+
+def test_noise_stage_end_to_end_in_smoke_mode(tmp_path):
+    """tools/gpu_gate_study.sh, noise stage, 2 processes of the fast reference benchmark."""
+    log, out, study = run_study_smoke(
+        tmp_path, STAGES="noise", NOISE_N="2", NOISE_BENCH=REFERENCE_POINT
+    )
     noise = json.loads((study / "noise.json").read_text())
     ((name, stats),) = noise.items()
     assert name == "nsa.NsaForward.track_time(40, 'reference', 'tiny-seed', 'random')"
@@ -342,36 +351,10 @@ def test_aa_with_the_second_stage_end_to_end_in_smoke_mode(tmp_path):
     """tools/gpu_gate_study.sh, one A/A try with CONFIRM_ROUNDS=1: ci.confirm re-runs its
     suspect (every point, --suspect 1) one more process per side, appended to the stored
     samples, and the record holds the two-stage verdict with stage 1's beside it."""
-    reason = smoke.available()
-    if reason:
-        pytest.skip(reason)
-    home, out, study = tmp_path / "home", tmp_path / "out", tmp_path / "study"
-    smoke.register_machine(home)
-    env = dict(
-        smoke.env(home),
-        HOST_PY=str(smoke.VPY),
-        MACHINE=smoke.MACHINE,
-        STAGES="aa",
-        AA_TRIES="1",
-        AA_BENCH=r"nsa\.NsaForward\.track_time\(.*'reference'",
-        FACTOR="3",
-        CONFIRM_ROUNDS="1",
-        CONFIRM_SUSPECT="1",
-        CONFIRM_FACTOR="3",
-        OUT=str(out),
-        STUDY=str(study),
-        ASV_ENV_DIR=str(smoke.SHARED_ENV_DIR),
-        WHEELHOUSE=str(tmp_path / "none"),
-    )
-    res = subprocess.run(
-        ["bash", str(ROOT / "tools" / "gpu_gate_study.sh")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    log = res.stdout + res.stderr
-    assert res.returncode == 0, log[-4000:]
+    log, _, study = run_study_smoke(
+        tmp_path, STAGES="aa", AA_TRIES="1", AA_BENCH=REFERENCE_POINT, FACTOR="3",
+        CONFIRM_ROUNDS="1", CONFIRM_SUSPECT="1", CONFIRM_FACTOR="3",
+    )  # fmt: skip
     (rec,) = gs.read_jsonl(study / "aa.jsonl")
     name = "nsa.NsaForward.track_time(40, 'reference', 'tiny-seed', 'random')"
     assert rec["suspects"] == [name] and rec["rc"] == 0 and "stage1_worse" in rec, rec
