@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ci import confirm  # noqa: E402
-from ci.render_comment import Row  # noqa: E402
+from ci.render_comment import Row, parse  # noqa: E402
 
 P = "kda.KdaVerify.track_time{}({}, 'fused', 'safe', 'H8-HV8')"
 A, B, C, D = P.format("", 1), P.format("", 16), P.format("_cold", 1), P.format("_cold", 16)
@@ -31,6 +31,11 @@ def test_pick_suspects_flagged_first_then_by_distance_both_ways():
     assert confirm.pick_suspects(base, head, [D], 1.005, 2) == ([D, B], [C])
     assert confirm.pick_suspects(base, head, [], 1.008, 4) == ([D, B], [])
     assert confirm.pick_suspects(base, base, [], 1.0, 4) == ([A, B, C, D], [])  # every point
+    # Peak VRAM is not noisy: never a suspect; stage 1's flag on it stands (left out).
+    vram = "nsa.NsaBackward.track_peak_vram_bytes(4096, 'triton', 'seed', 'random')"
+    base2, head2 = {**base, vram: 100.0}, {**head, vram: 101.0}
+    assert confirm.pick_suspects(base2, head2, [vram, D], 1.005, 4) == ([D, B, C], [vram])
+    assert confirm.pick_suspects(base2, head2, [], 1.005, 4) == ([D, B, C], [])
     with pytest.raises(ValueError, match="--suspect"):
         confirm.pick_suspects(base, head, [], 0.99, 4)
 
@@ -112,9 +117,24 @@ def test_main_reruns_only_the_suspects_then_decides(tmp_path, monkeypatch):
     assert [n for n in (A, B, C) if re.search(regex, n)] == [A, C]
     assert compare == ["compare", "--machine", "h200", "--factor", "1.006", "BASE", "HEAD"]
     assert (out / "confirm-hashes.txt").read_text() == "BASE\nHEAD\n"
+    # What the gate decided on: stage 2's rows for the suspects, stage 1's for the rest.
+    final = parse((out / "final-compare.txt").read_text())
+    assert [(r.mark, r.ratio, r.name) for r in final] == [("", "1.004", A), ("+", "1.008", C)]
     verdict = json.loads((out / "confirm.json").read_text())
     assert verdict["exit_code"] == 1 and verdict["suspects"] == [A, C]
     assert json.loads((out / "suspects.json").read_text())["stage1_slower"] == [A]
+
+
+def test_merged_table_takes_the_suspects_rows_from_stage_2():
+    def rows_of(*cells):
+        return [Row(m, "1", "1", r, n) for m, r, n in cells]
+
+    stage1 = rows_of(("+", "1.02", A), ("", "1.00", B), ("", "1.0", D))
+    again = rows_of(("", "1.004", A), ("+", "1.008", C), ("-", "0.9", D))
+    rows = parse(confirm.merged_table(stage1, again, {A, C}))
+    assert [(r.mark, r.ratio, r.name) for r in rows] == [
+        ("", "1.004", A), ("", "1.00", B), ("", "1.0", D), ("+", "1.008", C)
+    ]  # fmt: skip
 
 
 def test_main_runs_nothing_without_suspects_or_after_a_failure(tmp_path, monkeypatch):
