@@ -95,8 +95,8 @@ def decide(stage1_code, suspects, left_out, stage1_slower, rows):
         return 2, f"stage 2 failed or lost {len(failed) + len(missing)} point(s)"
     if slower or kept:
         return 1, (
-            f"{len(slower)} suspect(s) confirmed slower; {len(kept)} stage-1 flag(s) beyond "
-            "--max kept"
+            f"{len(slower)} suspect(s) confirmed slower; {len(kept)} stage-1 flag(s) not "
+            "re-run, kept"
         )
     cleared = [n for n in stage1_slower if n in suspects]
     return 0, f"no suspect confirmed ({len(cleared)} stage-1 flag(s) cleared)"

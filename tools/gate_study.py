@@ -262,7 +262,7 @@ KERNELS = {
         hunks=KDA_HUNKS,
     ),
 }
-# The same kernel and points as "kda", slowed by the other patch (KDA_AHEAD_HUNKS).
+# The same kernels and points as "nsa" and "kda", slowed by the other patches.
 KERNELS["nsa_loop"] = replace(KERNELS["nsa"], name="nsa_loop", hunks=NSA_LOOP_HUNKS)
 KERNELS["kda_ahead"] = replace(KERNELS["kda"], name="kda_ahead", hunks=KDA_AHEAD_HUNKS)
 KERNELS["kda_loop"] = replace(KERNELS["kda"], name="kda_loop", hunks=KDA_LOOP_HUNKS)

@@ -28,9 +28,9 @@
 # 10-minute limit; call again for the rest.
 #
 # Other knobs: MACHINE (default h200), FACTOR (default 1.015, the gate's), DETECT_KERNELS
-# (default "nsa_loop kda_loop"; also nsa, kda, kda_ahead), CONT_ARGS (more `asv continuous` arguments
-# for aa and detect, default the gate's "-a rounds=2 --interleave-rounds"; CONT_ARGS= for
-# one process per side),
+# (default "nsa_loop kda_loop"; also nsa, kda, kda_ahead), CONT_ARGS (more `asv continuous`
+# arguments for aa and detect, default the gate's "-a rounds=2 --interleave-rounds";
+# CONT_ARGS= for one process per side),
 # CONFIRM_ROUNDS (default 0; > 0 runs the gate's second stage, ci.confirm, after every aa
 # and detect try: the suspects, up to CONFIRM_MAX (4), get CONFIRM_ROUNDS more processes per
 # side and are judged at CONFIRM_FACTOR (1.006); a suspect's stage-1 ratio is beyond
