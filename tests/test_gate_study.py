@@ -365,6 +365,21 @@ def test_aa_with_the_second_stage_end_to_end_in_smoke_mode(tmp_path):
         assert len(samples[name]) == 3 * per_process  # two rounds of stage 1, one of stage 2
 
 
+def test_detect_takes_an_earlier_calibration(tmp_path):
+    """CALIBRATION_FROM: the detect stage copies an earlier call's calibration instead of
+    calibrating (DETECT_TRIES=0: no asv run, only the amounts it would test)."""
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "calibration-nsa_loop.json").write_text(json.dumps(sweep_calibration()))
+    log, _, study = run_study_smoke(
+        tmp_path, STAGES="detect", DETECT_KERNELS="nsa_loop", DETECT_TRIES="0",
+        CALIBRATION_FROM=str(earlier),
+    )  # fmt: skip
+    assert "calibration from" in log and "EXTRA amounts 10 20" in log, log[-3000:]
+    assert "calibrate nsa_loop" not in log
+    assert json.loads((study / "calibration-nsa_loop.json").read_text())["extras"] == [10, 20]
+
+
 # ---------------------------------------------------------------------------------------
 # Several study directories and the post-hoc factor sweep (run factor 1.01)
 

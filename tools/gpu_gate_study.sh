@@ -35,6 +35,8 @@
 # and detect try: the suspects, up to CONFIRM_MAX (4), get CONFIRM_ROUNDS more processes per
 # side and are judged at CONFIRM_FACTOR (1.006); a suspect's stage-1 ratio is beyond
 # CONFIRM_SUSPECT (1.005); the records then hold the two-stage verdict, stage 1's beside it),
+# CALIBRATION_FROM (a directory holding an earlier call's calibration-<kernel>.json, used
+# instead of calibrating again: a fresh machine saves the 2 to 4 min),
 # SWEEP_FACTORS (the summary's post-hoc factor sweep; factors below FACTOR are skipped),
 # DETECT_EXTRAS_NSA / DETECT_EXTRAS_KDA_LOOP / ... (EXTRA amounts to calibrate and test
 # instead of the targets' search), CAL_REPS (default 3), ASV_ENV_DIR (default .asv/env, shared with
@@ -142,6 +144,13 @@ if has_stage detect; then
     for k in $DETECT_KERNELS; do
         cal=$STUDY/calibration-$k.json
         override=DETECT_EXTRAS_${k^^}
+        # A calibration taken by an earlier call (another machine of the same model): its
+        # amounts and per-point slowdowns are used as they are, and the summary says so.
+        if [ ! -f "$cal" ] && [ -n "${CALIBRATION_FROM:-}" ] \
+            && [ -f "$CALIBRATION_FROM/calibration-$k.json" ]; then
+            cp "$CALIBRATION_FROM/calibration-$k.json" "$cal"
+            note "detect $k: calibration from $CALIBRATION_FROM, not measured in this call"
+        fi
         if [ ! -f "$cal" ]; then
             # Expected seconds: the ladder search and every target (KDA, 2026-11-30: about
             # 130 s with the environment's creation), or only the given amounts.
