@@ -304,7 +304,26 @@ def test_calibrate_in_smoke_mode(kernel, tmp_path):
 REFERENCE_POINT = r"nsa\.NsaForward\.track_time\(.*'reference'"
 
 
-def run_study_smoke(tmp_path, **knobs):
+def host_python_without_asv(tmp_path):
+    """(HOST_PY, ASV_HOST_TOOLS) shaped like the GPU host's: its python cannot import asv
+    (a stand-in package behind every PYTHONPATH entry, ahead of site-packages, refuses),
+    asv_host_env.sh's tools directory can, so only a command that keeps PYTHONPATH finds it."""
+    import asv
+
+    shadow, tools = tmp_path / "no-asv", tmp_path / "hosttools"
+    (shadow / "asv").mkdir(parents=True)
+    (shadow / "asv" / "__init__.py").write_text("raise ImportError('asv: not on this path')\n")
+    tools.mkdir()
+    (tools / "asv").symlink_to(Path(asv.__file__).parent)
+    wrapper = tmp_path / "host-python"
+    wrapper.write_text(
+        f'#!/bin/sh\nPYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{shadow}" exec {smoke.VPY} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return str(wrapper), str(tools)
+
+
+def run_study_smoke(tmp_path, host_py=None, **knobs):
     """tools/gpu_gate_study.sh in smoke mode with these knobs; returns (log, out, study)."""
     reason = smoke.available()
     if reason:
@@ -313,7 +332,7 @@ def run_study_smoke(tmp_path, **knobs):
     smoke.register_machine(home)
     env = dict(
         smoke.env(home),
-        HOST_PY=str(smoke.VPY),
+        HOST_PY=host_py or str(smoke.VPY),
         MACHINE=smoke.MACHINE,
         OUT=str(out),
         STUDY=str(study),
@@ -350,10 +369,12 @@ def test_noise_stage_end_to_end_in_smoke_mode(tmp_path):
 def test_aa_with_the_second_stage_end_to_end_in_smoke_mode(tmp_path):
     """tools/gpu_gate_study.sh, one A/A try with CONFIRM_ROUNDS=1: ci.confirm re-runs its
     suspect (every point, --suspect 1) one more process per side, appended to the stored
-    samples, and the record holds the two-stage verdict with stage 1's beside it."""
+    samples, and the record holds the two-stage verdict with stage 1's beside it. The host
+    python is the GPU host's kind: asv only through asv_host_env.sh's PYTHONPATH."""
+    host_py, tools = host_python_without_asv(tmp_path)
     log, _, study = run_study_smoke(
-        tmp_path, STAGES="aa", AA_TRIES="1", AA_BENCH=REFERENCE_POINT, FACTOR="3",
-        CONFIRM_ROUNDS="1", CONFIRM_SUSPECT="1", CONFIRM_FACTOR="3",
+        tmp_path, host_py, STAGES="aa", AA_TRIES="1", AA_BENCH=REFERENCE_POINT, FACTOR="3",
+        CONFIRM_ROUNDS="1", CONFIRM_SUSPECT="1", CONFIRM_FACTOR="3", ASV_HOST_TOOLS=tools,
     )  # fmt: skip
     (rec,) = gs.read_jsonl(study / "aa.jsonl")
     name = "nsa.NsaForward.track_time(40, 'reference', 'tiny-seed', 'random')"
@@ -373,9 +394,9 @@ def test_detect_takes_an_earlier_calibration(tmp_path):
     (earlier / "calibration-nsa_loop.json").write_text(json.dumps(sweep_calibration()))
     log, _, study = run_study_smoke(
         tmp_path, STAGES="detect", DETECT_KERNELS="nsa_loop", DETECT_TRIES="0",
-        CALIBRATION_FROM=str(earlier),
+        CALIBRATION_FROM=str(earlier), DETECT_EXTRAS_NSA_LOOP="20 30",
     )  # fmt: skip
-    assert "calibration from" in log and "EXTRA amounts 10 20" in log, log[-3000:]
+    assert "calibration from" in log and "EXTRA amounts 20 (" in log, log[-3000:]
     assert "calibrate nsa_loop" not in log
     assert json.loads((study / "calibration-nsa_loop.json").read_text())["extras"] == [10, 20]
 

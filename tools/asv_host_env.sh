@@ -22,7 +22,7 @@ in_time() {  # in_time WHAT [EXPECTED_S]: would WHAT still end before DEADLINE_S
 }
 
 HOST_PY=${HOST_PY:-/opt/torch/.venv/bin/python3}
-TOOLS=$PWD/.asv/hosttools
+TOOLS=${ASV_HOST_TOOLS:-$PWD/.asv/hosttools}  # asv and virtualenv, when HOST_PY has none
 if [ -d "${WHEELHOUSE:-.whl}" ]; then
     WHL=$(cd "${WHEELHOUSE:-.whl}" && pwd)
     export PIP_NO_INDEX=1 PIP_FIND_LINKS=$WHL PIP_DISABLE_PIP_VERSION_CHECK=1

@@ -39,7 +39,7 @@
 # instead of calibrating again: a fresh machine saves the 2 to 4 min),
 # SWEEP_FACTORS (the summary's post-hoc factor sweep; factors below FACTOR are skipped),
 # DETECT_EXTRAS_NSA / DETECT_EXTRAS_KDA_LOOP / ... (EXTRA amounts to calibrate and test
-# instead of the targets' search), CAL_REPS (default 3), ASV_ENV_DIR (default .asv/env, shared with
+# instead of the targets' search; with CALIBRATION_FROM, which of its amounts to test), CAL_REPS (default 3), ASV_ENV_DIR (default .asv/env, shared with
 # tools/gpu_asv.sh), LAUNCH, WHEELHOUSE, HOST_PY, ATTNBENCH_SMOKE (1: the CPU smoke suite).
 # Writes to $OUT (3 files): summary.md (tables), gate_study.log (everything), study.tar.gz
 # (noise.json, aa.jsonl, detect.jsonl, calibration-*.json, every asv continuous log).
@@ -96,7 +96,8 @@ cont() {
         --factor "$FACTOR" -b "$bench" --show-stderr "${LM[@]}" $CONT_ARGS 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     if [ "$CONFIRM_ROUNDS" -gt 0 ]; then
-        PYTHONPATH=$ROOT "$HOST_PY" -m ci.confirm --machine "$MACHINE" --base "$BASE" \
+        # asv is importable through PYTHONPATH only (asv_host_env.sh): keep it.
+        PYTHONPATH=$ROOT:$PYTHONPATH "$HOST_PY" -m ci.confirm --machine "$MACHINE" --base "$BASE" \
             --head "$head" --continuous-log "$log" --continuous-code "$rc" \
             --rounds "$CONFIRM_ROUNDS" --suspect "$CONFIRM_SUSPECT" --factor "$CONFIRM_FACTOR" \
             --max "$CONFIRM_MAX" --out "${log%.log}-confirm" --asv "${ASV[*]}" \
@@ -107,6 +108,8 @@ cont() {
     "${GS[@]}" record "$kind" "$log" --rc "$rc" --results results-gate --machine "$MACHINE" \
         --base "$BASE" --head "$head" --jsonl "$jsonl" --wall-s $(($(date +%s) - t0)) \
         "${confirm[@]}" "$@" | tee -a "$SUMMARY"
+    # A try that left no record would be run again and again: stop the stage instead.
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { note "record $kind failed: $log"; return 1; }
 }
 
 # --- noise: one more process per point with every asv run, until NOISE_N
@@ -134,7 +137,7 @@ if has_stage aa; then
         read -r n wall < <("${GS[@]}" tries "$STUDY/aa.jsonl")  # tries so far, last one's wall s
         [ "$n" -ge "$AA_TRIES" ] && break
         in_time "A/A try $((n + 1))" "$wall" || break
-        cont aa "$STUDY/logs/aa-$((n + 1)).log" "$STUDY/aa.jsonl" "$AA" "$AA_BENCH"
+        cont aa "$STUDY/logs/aa-$((n + 1)).log" "$STUDY/aa.jsonl" "$AA" "$AA_BENCH" || break
     done
 fi
 
@@ -162,6 +165,12 @@ if has_stage detect; then
                 --reps "${CAL_REPS:-3}") || { note "calibrate $k failed"; continue; }
         fi
         EXTRAS[$k]=$("${GS[@]}" amounts "$cal")
+        if [ -n "${!override:-}" ]; then  # only the given amounts (of a reused calibration)
+            keep=() && for e in ${EXTRAS[$k]}; do
+                [[ " ${!override} " == *" $e "* ]] && keep+=("$e")
+            done
+            EXTRAS[$k]=${keep[*]}
+        fi
         note "detect $k: EXTRA amounts ${EXTRAS[$k]} ($cal)"
     done
     jsonl=$STUDY/detect.jsonl
@@ -175,7 +184,7 @@ if has_stage detect; then
                 head=$("${GS[@]}" slow "$REPO" "$k" "$e") \
                     || { note "slow commit $k $e failed"; continue; }
                 cont detect "$STUDY/logs/detect-$k-$e-$t.log" "$jsonl" "$head" \
-                    "$("${GS[@]}" regex "$k")" --kernel "$k" --extra "$e" --try "$t"
+                    "$("${GS[@]}" regex "$k")" --kernel "$k" --extra "$e" --try "$t" || break 3
             done
         done
     done
