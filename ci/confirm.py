@@ -19,7 +19,7 @@ a point stage 1 flagged was left out (by `--max`, or not a timing); else 0. A po
 flagged that stage 2 clears passes: that is a false flag avoided.
 
     python -m ci.confirm --machine h200 --base SHA --head SHA \
-        --continuous-log gate/continuous.log --continuous-code 1 --rounds 20 \
+        --continuous-log gate/continuous.log --continuous-code 1 --rounds 6 \
         --suspect 1.005 --factor 1.006 --max 4 --out gate [--asv ".venv/bin/asv"] \
         [--stage1-compare gate/compare.txt] \
         [--config asv.conf.json] [--results results] [--run-args "--launch-method spawn"]

@@ -31,10 +31,11 @@
 # (default "nsa_loop kda_loop"; also nsa, kda, kda_ahead), CONT_ARGS (more `asv continuous`
 # arguments for aa and detect, default the gate's "-a rounds=2 --interleave-rounds";
 # CONT_ARGS= for one process per side),
-# CONFIRM_ROUNDS (default 0; > 0 runs the gate's second stage, ci.confirm, after every aa
-# and detect try: the suspects, up to CONFIRM_MAX (4), get CONFIRM_ROUNDS more processes per
-# side and are judged at CONFIRM_FACTOR (1.006); a suspect's stage-1 ratio is beyond
-# CONFIRM_SUSPECT (1.005); the records then hold the two-stage verdict, stage 1's beside it),
+# CONFIRM_ROUNDS (default 6, the gate's; 0: stage 1 alone): the gate's second stage,
+# ci.confirm, after every aa and detect try. The suspects, up to CONFIRM_MAX (4), get
+# CONFIRM_ROUNDS more processes per side and are judged at CONFIRM_FACTOR (1.006); a
+# suspect's stage-1 ratio is beyond CONFIRM_SUSPECT (1.005). The records then hold the
+# two-stage verdict, stage 1's beside it. An A/A try takes about 9 min with it, 6 without.
 # CALIBRATION_FROM (a directory holding an earlier call's calibration-<kernel>.json, used
 # instead of calibrating again: a fresh machine saves the 2 to 4 min),
 # SWEEP_FACTORS (the summary's post-hoc factor sweep; factors below FACTOR are skipped),
@@ -65,7 +66,7 @@ DETECT_TRIES=${DETECT_TRIES:-3}
 DETECT_KERNELS=${DETECT_KERNELS:-nsa_loop kda_loop}
 DETECT_TARGETS=${DETECT_TARGETS:-1 2 5 10}
 CONT_ARGS=${CONT_ARGS--a rounds=2 --interleave-rounds}  # the gate's; CONT_ARGS= for none
-CONFIRM_ROUNDS=${CONFIRM_ROUNDS:-0}  # > 0: the gate's second stage after each try (ci.confirm)
+CONFIRM_ROUNDS=${CONFIRM_ROUNDS:-6}  # the gate's second stage after each try (ci.confirm); 0: off
 CONFIRM_SUSPECT=${CONFIRM_SUSPECT:-1.005}
 CONFIRM_FACTOR=${CONFIRM_FACTOR:-1.006}
 CONFIRM_MAX=${CONFIRM_MAX:-4}
@@ -87,7 +88,8 @@ note "gate_study: scratch repository $REPO: base $BASE, aa $AA"
 cd "$REPO" || exit 1
 
 # cont KIND LOG JSONL HEAD BENCH [record args]: one asv continuous try (and, with
-# CONFIRM_ROUNDS > 0, the gate's second stage, ci.confirm), recorded
+# CONFIRM_ROUNDS > 0, the gate's second stage, ci.confirm), recorded; returns 1 when the
+# record could not be written
 cont() {
     local kind=$1 log=$2 jsonl=$3 head=$4 bench=$5 t0 rc confirm=()
     shift 5
