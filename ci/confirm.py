@@ -24,8 +24,9 @@ flagged that stage 2 clears passes: that is a false flag avoided.
         [--stage1-compare gate/compare.txt] \
         [--config asv.conf.json] [--results results] [--run-args "--launch-method spawn"]
 
-Writes to --out: suspects.json, confirm-run.log, confirm-compare.txt (asv compare of every
-point at --factor after the re-runs: the suspects' rows from pooled samples),
+Writes to --out: suspects.json (with every point's stage-1 ratio), confirm-run.log,
+confirm-compare.txt (asv compare of every point at --factor after the re-runs: the
+suspects' rows from pooled samples),
 final-compare.txt (stage 2's rows for the suspects, stage 1's for the rest, from
 --stage1-compare if given, else from the continuous log: what the gate decided on) and
 confirm.json (the verdict and why). Prints the exit code's reason.
@@ -158,9 +159,10 @@ def main(argv=None):
     base = stored_values(args.results, args.machine, args.base)
     head = stored_values(args.results, args.machine, args.head)
     suspects, left_out = pick_suspects(base, head, slower, args.suspect, args.max)
-    (args.out / "suspects.json").write_text(
-        json.dumps({"suspects": suspects, "left_out": left_out, "stage1_slower": slower}, indent=1)
-    )
+    ratios = {n: head[n] / base[n] for n in base if n in head and base[n] > 0}
+    chosen = {"suspects": suspects, "left_out": left_out, "stage1_slower": slower}
+    chosen["stage1_ratios"] = ratios
+    (args.out / "suspects.json").write_text(json.dumps(chosen, indent=1))
     rows = []
     if code1 != 2 and suspects:
         asv = shlex.split(args.asv)

@@ -122,7 +122,10 @@ def test_main_reruns_only_the_suspects_then_decides(tmp_path, monkeypatch):
     assert [(r.mark, r.ratio, r.name) for r in final] == [("", "1.004", A), ("+", "1.008", C)]
     verdict = json.loads((out / "confirm.json").read_text())
     assert verdict["exit_code"] == 1 and verdict["suspects"] == [A, C]
-    assert json.loads((out / "suspects.json").read_text())["stage1_slower"] == [A]
+    chosen = json.loads((out / "suspects.json").read_text())
+    assert chosen["stage1_slower"] == [A]
+    # stage 1's ratios, read before any re-run appended samples (the study records them)
+    assert chosen["stage1_ratios"] == pytest.approx({A: 1.02, B: 1.001, C: 1.008})
 
 
 def test_merged_table_takes_the_suspects_rows_from_stage_2():

@@ -176,17 +176,17 @@ def test_slowdowns():
 
 
 def test_parse_continuous_and_record():
-    rows = gs.parse_continuous(CONTINUOUS_OUT)
-    assert [(r["mark"], r["ratio"]) for r in rows] == [("+", "4.05"), ("-", "0.50")]
+    rows = gs.parse(CONTINUOUS_OUT)  # the PR comment's parser, ci.render_comment.parse
+    assert [(r.mark, r.ratio) for r in rows] == [("+", "4.05"), ("-", "0.50")]
     nsa_point = "nsa.NsaForward.track_time(40, 'triton', 'tiny-seed', 'random')"
-    assert rows[0]["name"] == nsa_point
+    assert rows[0].name == nsa_point
     base = {nsa_point: 0.254, "other(1)": 1.0, "only_base(1)": 1.0}
     head = {nsa_point: 1.03, "other(1)": 1.01}
     rec = gs.record_try("detect", CONTINUOUS_OUT, 1, base, head, kernel="nsa", extra=3000)
     assert rec["worse"] == [nsa_point] and len(rec["better"]) == 1 and rec["rc"] == 1
     assert rec["ratios"] == pytest.approx({nsa_point: 1.03 / 0.254, "other(1)": 1.01})
     assert rec["kernel"] == "nsa" and rec["extra"] == 3000
-    assert gs.parse_continuous("BENCHMARKS NOT SIGNIFICANTLY CHANGED.\n") == []
+    assert gs.parse("BENCHMARKS NOT SIGNIFICANTLY CHANGED.\n") == []
 
 
 def test_matching():
@@ -379,6 +379,7 @@ def test_aa_with_the_second_stage_end_to_end_in_smoke_mode(tmp_path):
     (rec,) = gs.read_jsonl(study / "aa.jsonl")
     name = "nsa.NsaForward.track_time(40, 'reference', 'tiny-seed', 'random')"
     assert rec["suspects"] == [name] and rec["rc"] == 0 and "stage1_worse" in rec, rec
+    assert set(rec["stage1_ratios"]) == {name} and rec["stage1_ratios"][name] > 0
     assert "confirm: exit 0" in log
     per_process = gs.default_per_process()
     for commit in (rec["base"], rec["head"]):
@@ -450,6 +451,18 @@ def sweep_detect(try_):
         try_record("detect", low, flagged, extra=10, try_=try_),
         try_record("detect", high, [*flagged, "mid(1)"], extra=20, try_=try_),
     ]
+
+
+def test_aa_table_shows_stage_1_beside_the_second_stage():
+    one = try_record("aa", {"w(1)": 1.004, "b(1)": 0.999})
+    two = try_record("aa", {"w(1)": 1.001, "b(1)": 0.9967})
+    two.update(stage1_worse=[], stage1_better=["b(1)"], stage1_ratios={"w(1)": 1.0, "b(1)": 0.97})
+    assert "stage 1" not in gs.aa_markdown([one])
+    md = gs.aa_markdown([one, two])
+    row1, row2 = (ln for ln in md.splitlines() if ln.startswith(("| 1 |", "| 2 |")))
+    assert row2.endswith("0 worse, 1 better (`b(1)`); 0.9700 `b(1)` |"), row2
+    assert row2.count("|") == row1.count("|") and "| 0 " in row2  # no flag after stage 2
+    assert "2 tries, 0 flags over 4 point comparisons" in md
 
 
 def test_kept_flags_drop_a_flag_whose_ratio_is_not_beyond_the_factor():

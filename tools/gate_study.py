@@ -60,6 +60,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from ci.asv_results import stored_samples, stored_values  # noqa: E402
+from ci.render_comment import parse  # noqa: E402
 
 BASE_TAG, AA_TAG = "gate-base", "gate-aa"
 CONFS = {"gate.conf.json": "results-gate", "noise.conf.json": "results-noise"}
@@ -593,44 +594,30 @@ def default_per_process():
 # asv continuous output
 
 
-_ROW = re.compile(r"^\|\s*([+\-!x*]?)\s*\|([^|]*)\|([^|]*)\|([^|]*)\|\s*(.+?)\s*\|\s*$")
-
-
-def parse_continuous(text):
-    """Rows of the comparison tables in `asv continuous` / `asv compare` output:
-    [{mark, before, after, ratio, name}] (mark: '+' worse, '-' better, '!' newly failing)."""
-    rows = []
-    for line in text.splitlines():
-        m = _ROW.match(line.strip())
-        if not m or m.group(5).startswith(("Benchmark", "---")):
-            continue
-        mark, before, after, ratio, name = (g.strip() for g in m.groups())
-        rows.append({"mark": mark, "before": before, "after": after, "ratio": ratio, "name": name})
-    return rows
-
-
 def record_try(kind, log_text, rc, base_values, head_values, confirm=None, **extra):
     """One continuous try as a JSON-ready dict: flagged rows from its output, and the median
     ratio head/base of every point both commits hold.
 
     confirm: the gate's second stage (`ci.confirm`), when it ran: {"suspects": [...],
-    "compare": its compare output, "rc": its exit code}. The suspects' flags are then its
-    compare's (from pooled samples) and the other points keep stage 1's; "stage1_worse" and
-    "stage1_better" keep stage 1's own, and "rc" becomes the two-stage gate's."""
-    rows = parse_continuous(log_text)
+    "compare": its compare output, "rc": its exit code, "stage1_ratios": every point's ratio
+    before it re-ran any}. The suspects' flags are then its compare's (from pooled samples)
+    and the other points keep stage 1's; "stage1_worse", "stage1_better" and "stage1_ratios"
+    keep stage 1's own ("ratios" are the pooled ones), and "rc" becomes the two-stage gate's."""
+    rows = parse(log_text)
     ratios = {n: head_values[n] / base_values[n] for n in base_values if n in head_values}
-    worse = {r["name"] for r in rows if r["mark"] in ("+", "!")}
-    better = {r["name"] for r in rows if r["mark"] == "-"}
+    worse = {r.name for r in rows if r.mark in ("+", "!")}
+    better = {r.name for r in rows if r.mark == "-"}
     out = {"kind": kind, "rc": rc}
     if confirm is not None:
         suspects = set(confirm["suspects"])
-        again = {r["name"]: r["mark"] for r in parse_continuous(confirm["compare"])}
+        again = {r.name: r.mark for r in parse(confirm["compare"])}
         out.update(
             rc=confirm["rc"],
             stage1_rc=rc,
             stage1_worse=sorted(worse),
             stage1_better=sorted(better),
             suspects=sorted(suspects),
+            stage1_ratios=confirm.get("stage1_ratios", {}),
         )
         worse = (worse - suspects) | {n for n in suspects if again.get(n) in ("+", "!")}
         better = (better - suspects) | {n for n in suspects if again.get(n) == "-"}
@@ -641,8 +628,10 @@ def read_confirm(directory):
     """record_try's `confirm` argument from a `ci.confirm --out` directory."""
     d = Path(directory)
     compare = d / "confirm-compare.txt"
+    suspects = json.loads((d / "suspects.json").read_text())
     return {
-        "suspects": json.loads((d / "suspects.json").read_text())["suspects"],
+        "suspects": suspects["suspects"],
+        "stage1_ratios": suspects.get("stage1_ratios", {}),
         "compare": compare.read_text(errors="replace") if compare.exists() else "",
         "rc": json.loads((d / "confirm.json").read_text())["exit_code"],
     }
@@ -689,16 +678,31 @@ def noise_markdown(table):
 
 
 def aa_markdown(records):
+    """The A/A table; with the second stage, stage 1's own flags and the ratio furthest
+    from 1 before the re-runs get a column of their own."""
+    two_stage = any("stage1_ratios" in r for r in records)
     lines = [
-        "| try | exit | flagged worse | flagged better | largest ratio |",
-        "| --- | --- | --- | --- | --- |",
+        "| try | exit | flagged worse | flagged better | largest ratio |"
+        + (" stage 1: flags, ratio furthest from 1 |" if two_stage else ""),
+        "| --- | --- | --- | --- | --- |" + (" --- |" if two_stage else ""),
     ]
     for i, r in enumerate(records, 1):
         top = max(r["ratios"].items(), key=lambda kv: kv[1], default=("-", math.nan))
-        lines.append(
+        row = (
             f"| {i} | {r['rc']} | {len(r['worse'])} {_names(r['worse'])} | "
             f"{len(r['better'])} {_names(r['better'])} | {top[1]:.4f} `{top[0]}` |"
         )
+        if two_stage:
+            far = max(
+                r.get("stage1_ratios", {}).items(),
+                key=lambda kv: abs(math.log(kv[1])),
+                default=("-", math.nan),
+            )
+            worse, better = r.get("stage1_worse", []), r.get("stage1_better", [])
+            flags = ", ".join(f"{len(n)} {w} {_names(n)}".rstrip() for w, n in
+                              (("worse", worse), ("better", better)))  # fmt: skip
+            row += f" {flags}; {far[1]:.4f} `{far[0]}` |"
+        lines.append(row)
     flagged = sum(len(r["worse"]) + len(r["better"]) for r in records)
     points = sum(len(r["ratios"]) for r in records)
     lines.append(f"\nA/A: {len(records)} tries, {flagged} flags over {points} point comparisons.")
