@@ -142,6 +142,31 @@ def test_regex_selects_the_kernels_points():
     assert not re.search(kda, "kda.KdaVerify.track_peak_vram_bytes(1, 'fused', 'safe', 'H8-HV8')")
 
 
+def test_measure_point_alternates_the_order_of_the_variants():
+    """Calibration times the variants A B C, C B A, A B C, ... so that a drift over the
+    call (clocks, temperature) does not always fall on the same variant."""
+    seen = []
+
+    class Bench:
+        def setup(self, *params):
+            self.api = SimpleNamespace(fused_kda_conv_gating_verify="base")
+
+        def call(self, seed):
+            return lambda: torch.zeros(3)
+
+        def track_time(self, *params):
+            seen.append(self.api.fused_kda_conv_gating_verify)
+            return {"samples": [1.0 + 0.1 * len(seen)]}
+
+        def track_time_cold(self, *params):
+            return {"samples": [1.0]}
+
+    mods = {e: SimpleNamespace(fused_kda_conv_gating_verify=f"+{e}") for e in (5, 9)}
+    times = gs.measure_point("kda_loop", Bench, (1,), {0: None, **mods}, reps=3)
+    assert seen == ["base", "+5", "+9", "+9", "+5", "base", "base", "+5", "+9"]
+    assert set(times["track_time"]) == {0, 5, 9}
+
+
 def test_noise_statistics():
     samples = [1.0, 1.1, 0.9, 2.0, 2.2, 1.8, 3.0, 3.0, 3.0, 9.0]  # 3 processes of 3, a tail
     chunks = gs.split_processes(samples, 3)

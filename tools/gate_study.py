@@ -432,7 +432,8 @@ def _median_time(bench, method, params):
 
 def measure_point(kernel, cls, params, variants, reps):
     """{method: {extra: median per-call seconds}} at one point, variants interleaved `reps`
-    times (extra 0 is the original kernel); raises when a patched output differs."""
+    times, in alternating order (extra 0 is the original kernel); raises when a patched
+    output differs."""
     import torch
 
     k = KERNELS[kernel]
@@ -447,8 +448,11 @@ def measure_point(kernel, cls, params, variants, reps):
             if not torch.equal(got, ref):
                 raise AssertionError(f"{kernel} +{extra}: the patched kernel's output differs")
         times = {m: {e: [] for e in apis} for m in k.methods}
-        for _ in range(reps):
-            for extra, api in apis.items():
+        for rep in range(reps):
+            # Forward, then backward order (A B C, C B A, ...): a drift over the calibration
+            # (clocks, temperature) then weighs on every variant alike, not on the first.
+            order = list(apis.items())
+            for extra, api in order if rep % 2 == 0 else order[::-1]:
                 _rebind(bench, kernel, api)
                 for method in k.methods:
                     times[method][extra].append(_median_time(bench, method, params))
