@@ -40,8 +40,9 @@
 # instead of calibrating again: a fresh machine saves the 2 to 4 min),
 # SWEEP_FACTORS (the summary's post-hoc factor sweep; factors below FACTOR are skipped),
 # DETECT_EXTRAS_NSA / DETECT_EXTRAS_KDA_LOOP / ... (EXTRA amounts to calibrate and test
-# instead of the targets' search; with CALIBRATION_FROM, which of its amounts to test), CAL_REPS (default 3), ASV_ENV_DIR (default .asv/env, shared with
-# tools/gpu_asv.sh), LAUNCH, WHEELHOUSE, HOST_PY, ATTNBENCH_SMOKE (1: the CPU smoke suite).
+# instead of the targets' search; with CALIBRATION_FROM, which of its amounts to test),
+# CAL_REPS (default 3), ASV_ENV_DIR (default .asv/env, shared with tools/gpu_asv.sh), LAUNCH,
+# WHEELHOUSE, HOST_PY, ASV_HOST_TOOLS, ATTNBENCH_SMOKE (1: the CPU smoke suite).
 # Writes to $OUT (3 files): summary.md (tables), gate_study.log (everything), study.tar.gz
 # (noise.json, aa.jsonl, detect.jsonl, calibration-*.json, every asv continuous log).
 set -uo pipefail
@@ -99,8 +100,8 @@ cont() {
     rc=${PIPESTATUS[0]}
     if [ "$CONFIRM_ROUNDS" -gt 0 ]; then
         # asv is importable through PYTHONPATH only (asv_host_env.sh): keep it.
-        PYTHONPATH=$ROOT:$PYTHONPATH "$HOST_PY" -m ci.confirm --machine "$MACHINE" --base "$BASE" \
-            --head "$head" --continuous-log "$log" --continuous-code "$rc" \
+        PYTHONPATH=$ROOT:${PYTHONPATH:-} "$HOST_PY" -m ci.confirm --machine "$MACHINE" \
+            --base "$BASE" --head "$head" --continuous-log "$log" --continuous-code "$rc" \
             --rounds "$CONFIRM_ROUNDS" --suspect "$CONFIRM_SUSPECT" --factor "$CONFIRM_FACTOR" \
             --max "$CONFIRM_MAX" --out "${log%.log}-confirm" --asv "${ASV[*]}" \
             --config gate.conf.json --results results-gate --run-args "${LM[*]}" 2>&1 \
