@@ -261,7 +261,12 @@ def test_detection_table():
     assert p1["smallest_pct"] == 2.1  # +0.8% was flagged in one try of two only
     assert p2["smallest_pct"] is None
     md = gs.detection_markdown("nsa", table, calibration())
-    assert "+2.1%: 2/2 (1.020, 1.020)" in md and "| never |" in md
+    assert "+2.1%: 2/2 (1.020, 1.020)" in md and "| never |" in md and "*" not in md
+    # A try with the second stage: the points it re-ran carry a star on their ratio.
+    recs = detect_records()
+    recs[3]["suspects"] = ["p(1)"]
+    md = gs.detection_markdown("nsa", gs.detection_table(recs, calibration()), calibration())
+    assert "+2.1%: 2/2 (1.020, 1.020*)" in md and "(*: re-run by the second stage" in md
 
 
 def test_summary_from_a_study_directory(tmp_path):

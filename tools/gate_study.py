@@ -684,7 +684,7 @@ def noise_markdown(table):
 def aa_markdown(records):
     """The A/A table; with the second stage, stage 1's own flags and the ratio furthest
     from 1 before the re-runs get a column of their own."""
-    two_stage = any("stage1_ratios" in r for r in records)
+    two_stage = any("stage1_worse" in r for r in records)
     lines = [
         "| try | exit | flagged worse | flagged better | largest ratio |"
         + (" stage 1: flags, ratio furthest from 1 |" if two_stage else ""),
@@ -705,7 +705,7 @@ def aa_markdown(records):
             worse, better = r.get("stage1_worse", []), r.get("stage1_better", [])
             flags = ", ".join(f"{len(n)} {w} {_names(n)}".rstrip() for w, n in
                               (("worse", worse), ("better", better)))  # fmt: skip
-            row += f" {flags}; {far[1]:.4f} `{far[0]}` |"
+            row += f" {flags}; {far[1]:.4f} `{far[0]}` |" if far[0] != "-" else f" {flags}; - |"
         lines.append(row)
     flagged = sum(len(r["worse"]) + len(r["better"]) for r in records)
     points = sum(len(r["ratios"]) for r in records)
@@ -743,8 +743,9 @@ def detection_table(records, calibration, factor=None):
     (at `factor`, see kept_flags; None: as the run flagged); and the smallest calibrated
     slowdown flagged in every try (None: never).
 
-    Returns {point: {"amounts": {extra: {slowdown_pct, flagged, tries, ratios}},
-    "smallest_pct": float | None}}."""
+    Returns {point: {"amounts": {extra: {slowdown_pct, flagged, tries, ratios, rerun}},
+    "smallest_pct": float | None}}; rerun[i]: whether try i's second stage re-ran the point
+    (its ratio is then over the pooled samples)."""
     out = {}
     for name, cal in calibration["points"].items():
         amounts = {}
@@ -757,6 +758,7 @@ def detection_table(records, calibration, factor=None):
                 "tries": len(tries),
                 "flagged": flagged,
                 "ratios": ratios,
+                "rerun": [name in r.get("suspects", ()) for r in tries],
             }
         always = [
             a["slowdown_pct"] for a in amounts.values() if a["tries"] and a["flagged"] == a["tries"]
@@ -768,10 +770,12 @@ def detection_table(records, calibration, factor=None):
 def detection_markdown(kernel, table, calibration):
     extras = [str(e) for e in calibration["extras"]]
     head = " | ".join(f"+{e} steps" for e in extras)
+    rerun = any(any(a.get("rerun", ())) for row in table.values() for a in row["amounts"].values())
     lines = [
         f"Kernel `{kernel}`; reference `{calibration['reference']}`; targets (percent -> "
         f"steps) {calibration['targets']}. Cell: calibrated slowdown %, flagged / tries, "
-        "asv median ratios.",
+        "asv median ratios"
+        + (" (*: re-run by the second stage, the ratio of the pooled samples)." if rerun else "."),
         "",
         f"| benchmark | {head} | smallest flagged in every try |",
         "| --- | " + " | ".join("---" for _ in extras) + " | --- |",
@@ -783,7 +787,8 @@ def detection_markdown(kernel, table, calibration):
             if a is None:
                 cells.append("-")
                 continue
-            ratios = ", ".join(f"{x:.3f}" for x in a["ratios"])
+            marks = ["*" if m else "" for m in a.get("rerun") or [False] * len(a["ratios"])]
+            ratios = ", ".join(f"{x:.3f}{m}" for x, m in zip(a["ratios"], marks, strict=True))
             cells.append(f"{a['slowdown_pct']:+.1f}%: {a['flagged']}/{a['tries']} ({ratios})")
         best = row["smallest_pct"]
         lines.append(f"| `{name}` | " + " | ".join(cells) + f" | {_pct(best)} |")
