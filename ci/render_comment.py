@@ -37,6 +37,7 @@ MARKER = "<!-- attnbench-gpu-gate -->"
 # GitHub refuses comments longer than 65536 characters; leave room for the footer.
 MAX_CHARS = 60000
 COMPARE, META = "compare.txt", "meta.json"
+CONFIRM = "confirm.json"  # ci.confirm's verdict, when the gate's second stage ran
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 MARKS = {
     "+": "slower",
@@ -119,8 +120,13 @@ def render_section(
     machine: str,
     factor: str,
     exit_code: int | None = None,
+    confirm: dict | None = None,
 ) -> str:
-    """The comment's part for one GPU type: verdict, summary, regression and kind tables."""
+    """The comment's part for one GPU type: verdict, summary, regression and kind tables.
+
+    confirm: the gate's second stage (`ci.confirm`'s confirm.json), when it ran: which
+    points it re-timed and why the verdict is what it is, so a stage-1 flag that is gone,
+    or a point flagged below the first factor, is explained."""
     rows = parse(text)
     counts = {label: sum(r.mark == m for r in rows) for m, label in MARKS.items()}
     summary = ", ".join(f"{n} {label}" for label, n in counts.items() if n) or "no benchmarks"
@@ -132,6 +138,11 @@ def render_section(
         f"{summary} (factor {factor}; `+` slower, `-` faster, `!` newly failing, "
         "`*` fixed, `x` version changed, `~` beyond the factor but not significant).",
     ]
+    if confirm is not None:
+        suspects = confirm.get("suspects") or []
+        names = ", ".join(f"`{n}`" for n in suspects)
+        what = f"re-timed {len(suspects)} point(s) ({names})" if suspects else "re-timed nothing"
+        out += ["", f"Second stage: {what}; {confirm.get('reason', 'no reason recorded')}."]
     notable = [r for r in rows if r.mark in ("+", "!")]
     if notable:
         out += ["", "#### Regressions and failures", "", table(notable, base, head)]
@@ -171,18 +182,20 @@ def write_meta(out_dir: Path, **meta) -> Path:
 
 
 def render_dirs(dirs: list[Path], run_url: str | None = None) -> str:
-    """Render gate artifact directories (each: compare.txt + meta.json), sorted by machine."""
-    loaded = [(json.loads((d / META).read_text()), d / COMPARE) for d in dirs]
+    """Render gate artifact directories (each: compare.txt + meta.json, and confirm.json
+    when the second stage ran), sorted by machine."""
+    loaded = [(json.loads((d / META).read_text()), d) for d in dirs]
     sections = [
         render_section(
-            compare.read_text() if compare.exists() else "",
+            (d / COMPARE).read_text() if (d / COMPARE).exists() else "",
             meta["base"],
             meta["head"],
             meta["machine"],
             meta["factor"],
             meta.get("exit_code"),
+            json.loads((d / CONFIRM).read_text()) if (d / CONFIRM).exists() else None,
         )
-        for meta, compare in sorted(loaded, key=lambda item: item[0]["machine"])
+        for meta, d in sorted(loaded, key=lambda item: item[0]["machine"])
     ]
     return render(sections, run_url)
 

@@ -1,5 +1,6 @@
 """ci/render_comment.py on `asv compare` output: marker, verdict, regression and kind tables."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -102,6 +103,21 @@ def test_one_comment_for_several_gpu_types(tmp_path):
     assert body.count(render_comment.MARKER) == 1
     assert body.index("`h100`") < body.index("`h200`")
     assert "exit 3" in body
+
+
+def test_the_second_stage_is_explained(tmp_path):
+    """With ci.confirm's confirm.json beside the tables, the section says which points
+    were re-timed and why the verdict is what it is; without it, nothing is said."""
+    d = gate_dir(tmp_path / "g", "h200", 0, SAMPLE.read_text())
+    assert "Second stage" not in render_comment.render_dirs([d])
+    name = "kda.KdaVerify.track_time(16, 'unfused', 'safe', 'H8-HV8')"
+    verdict = {"exit_code": 0, "reason": "no suspect confirmed (1 stage-1 flag(s) cleared)",
+               "stage1_code": 1, "suspects": [name]}  # fmt: skip
+    (d / render_comment.CONFIRM).write_text(json.dumps(verdict))
+    body = render_comment.render_dirs([d])
+    assert f"Second stage: re-timed 1 point(s) (`{name}`); no suspect confirmed (1 " in body
+    (d / render_comment.CONFIRM).write_text(json.dumps({**verdict, "suspects": []}))
+    assert "Second stage: re-timed nothing;" in render_comment.render_dirs([d])
 
 
 def test_unknown_mark_is_an_error():
