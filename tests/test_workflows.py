@@ -153,6 +153,7 @@ def test_pr_gate_rules():
     assert '--factor "$GATE_FACTOR"' in script and "asv continuous" in script
     # The second stage is wired in and on, with the settings the gate study measured.
     assert int(wf["env"]["GATE_CONFIRM_ROUNDS"]) > 0 and "-m ci.confirm" in script
+    assert "[ ! -f gate/confirm.json ]" in script and "code=3" in script  # a crash is no verdict
     assert float(wf["env"]["GATE_CONFIRM_SUSPECT"]) <= float(wf["env"]["GATE_CONFIRM_FACTOR"])
     assert "asv compare" in script and 'exit "$CODE"' in script
     # the comment is written from a hosted runner, with the base branch's scripts
