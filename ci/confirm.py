@@ -58,6 +58,11 @@ def is_timing(name):
     return Row("", "", "", "", name).kind == "time"
 
 
+def ratios_of(base, head):
+    """{point: median ratio head/base} of the points both sides hold."""
+    return {n: head[n] / base[n] for n in base if n in head and base[n] > 0}
+
+
 def pick_suspects(base, head, slower, suspect, limit):
     """(suspects, left out): the timing points of `slower` first, then the timing points
     whose ratio head/base lies beyond `suspect` either way (every timing point when
@@ -66,7 +71,7 @@ def pick_suspects(base, head, slower, suspect, limit):
     them). `base` and `head` map point names to medians."""
     if suspect < 1.0:
         raise ValueError(f"--suspect must be >= 1, got {suspect}")
-    ratio = {n: head[n] / base[n] for n in base if n in head and base[n] > 0}
+    ratio = ratios_of(base, head)
     dist = {n: abs(math.log(r)) for n, r in ratio.items()}
     # --suspect 1: every point (a test of the plumbing), else those strictly beyond it.
     far = [n for n in ratio if n not in slower and (suspect == 1.0 or dist[n] > math.log(suspect))]
@@ -159,9 +164,8 @@ def main(argv=None):
     base = stored_values(args.results, args.machine, args.base)
     head = stored_values(args.results, args.machine, args.head)
     suspects, left_out = pick_suspects(base, head, slower, args.suspect, args.max)
-    ratios = {n: head[n] / base[n] for n in base if n in head and base[n] > 0}
     chosen = {"suspects": suspects, "left_out": left_out, "stage1_slower": slower}
-    chosen["stage1_ratios"] = ratios
+    chosen["stage1_ratios"] = ratios_of(base, head)
     (args.out / "suspects.json").write_text(json.dumps(chosen, indent=1))
     rows = []
     if code1 != 2 and suspects:
