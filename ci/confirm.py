@@ -20,7 +20,7 @@ flagged that stage 2 clears passes: that is a false flag avoided.
 
     python -m ci.confirm --machine h200 --base SHA --head SHA \
         --continuous-log gate/continuous.log --continuous-code 1 --rounds 6 \
-        --suspect 1.005 --factor 1.006 --max 4 --out gate [--asv ".venv/bin/asv"] \
+        --suspect 1.005 --factor 1.006 --max 8 --out gate [--asv ".venv/bin/asv"] \
         [--stage1-compare gate/compare.txt] \
         [--config asv.conf.json] [--results results] [--run-args "--launch-method spawn"]
 
@@ -144,7 +144,7 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, required=True, help="more processes per side")
     ap.add_argument("--suspect", type=float, required=True, help="ratio that makes a suspect")
     ap.add_argument("--factor", type=float, required=True, help="stage 2's asv --factor")
-    ap.add_argument("--max", type=int, default=4, help="most suspects re-run")
+    ap.add_argument("--max", type=int, default=8, help="most suspects re-run")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--asv", default="asv", help="the asv command (shell words)")
     ap.add_argument("--config", default=None, help="asv --config")

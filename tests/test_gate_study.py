@@ -419,7 +419,8 @@ def test_aa_with_the_second_stage_end_to_end_in_smoke_mode(tmp_path):
 
 def test_detect_takes_an_earlier_calibration(tmp_path):
     """CALIBRATION_FROM: the detect stage copies an earlier call's calibration instead of
-    calibrating (DETECT_TRIES=0: no asv run, only the amounts it would test)."""
+    calibrating (DETECT_TRIES=0: no asv run, only the amounts it would test); an amount it
+    lacks is added, uncalibrated."""
     earlier = tmp_path / "earlier"
     earlier.mkdir()
     (earlier / "calibration-nsa_loop.json").write_text(json.dumps(sweep_calibration()))
@@ -427,9 +428,31 @@ def test_detect_takes_an_earlier_calibration(tmp_path):
         tmp_path, STAGES="detect", DETECT_KERNELS="nsa_loop", DETECT_TRIES="0",
         CALIBRATION_FROM=str(earlier), DETECT_EXTRAS_NSA_LOOP="20 30",
     )  # fmt: skip
-    assert "calibration from" in log and "EXTRA amounts 20 (" in log, log[-3000:]
+    assert "calibration from" in log and "EXTRA amounts 20 30 (" in log, log[-3000:]
+    assert "amounts 30 not in the calibration: uncalibrated" in log
     assert "calibrate nsa_loop" not in log
-    assert json.loads((study / "calibration-nsa_loop.json").read_text())["extras"] == [10, 20]
+    cal = json.loads((study / "calibration-nsa_loop.json").read_text())
+    assert cal["extras"] == [10, 20, 30] and cal["uncalibrated"] == [30]
+    assert cal["points"]["big(1)"]["slowdown_pct"] == {"10": 1.0, "20": 3.0, "30": None}
+
+
+def test_uncalibrated_amounts_show_asv_ratios_alone():
+    cal, added = gs.add_uncalibrated(calibration(), [20, 40])
+    assert added == [40] and cal["extras"] == [10, 20, 40] and cal["uncalibrated"] == [40]
+    assert calibration()["extras"] == [10, 20]  # the input is not changed
+    recs = detect_records()
+    recs += [dict(r, extra=40, ratios={"p(1)": 1.04, "p(2)": 1.03}, worse=["p(1)", "p(2)"])
+             for r in recs[:2]]  # fmt: skip
+    table = gs.detection_table(recs, cal)
+    # p(2) was flagged in both tries of the uncalibrated amount only: no calibrated smallest.
+    assert table["p(2)"]["amounts"]["40"]["flagged"] == 2 and table["p(2)"]["smallest_pct"] is None
+    assert table["p(1)"]["smallest_pct"] == 2.1
+    md = gs.detection_markdown("nsa", table, cal)
+    assert "n/c: 2/2 (1.040, 1.040)" in md and "n/c: an amount the calibration did not time" in md
+    assert gs.smallest_always_flagged(table["p(2)"]) is None
+    groups, skipped, _ = gs.sweep_points(cal)
+    assert skipped == [] and groups[">= 100 us"] == ["p(1)", "p(2)"]
+    assert gs.add_uncalibrated(cal, [10, 40]) == (cal, [])
 
 
 # ---------------------------------------------------------------------------------------

@@ -552,6 +552,23 @@ def calibrate(kernel, targets=DEFAULT_TARGETS, reps=3, ladder=None, extras=None)
 # Noise: per-process medians of asv results with appended samples
 
 
+def add_uncalibrated(calibration, extras):
+    """`calibration` with the amounts `extras` added where it lacks them, uncalibrated: their
+    per-point slowdown is None, so the tables give asv's ratios alone for them. Lets a reused
+    calibration (CALIBRATION_FROM) be tried at amounts it never timed. Returns (calibration,
+    the amounts added)."""
+    known = set(calibration["extras"])
+    added = sorted({int(e) for e in extras} - known)
+    if added:
+        calibration = dict(calibration, extras=sorted(known | set(added)))
+        calibration["uncalibrated"] = sorted(set(calibration.get("uncalibrated", ())) | set(added))
+        calibration["points"] = {
+            name: dict(cal, slowdown_pct={**cal["slowdown_pct"], **{str(e): None for e in added}})
+            for name, cal in calibration["points"].items()
+        }
+    return calibration, added
+
+
 def split_processes(samples, per_process):
     """Consecutive chunks of `per_process` samples (one per process); a partial tail is
     dropped."""
@@ -739,9 +756,9 @@ def _beyond(ratio, direction, factor):
 
 
 def detection_table(records, calibration, factor=None):
-    """Per point: for every amount, the calibrated slowdown and how many tries flagged it
-    (at `factor`, see kept_flags; None: as the run flagged); and the smallest calibrated
-    slowdown flagged in every try (None: never).
+    """Per point: for every amount, the calibrated slowdown (None for an uncalibrated amount)
+    and how many tries flagged it (at `factor`, see kept_flags; None: as the run flagged); and
+    the smallest calibrated slowdown flagged in every try (None: never).
 
     Returns {point: {"amounts": {extra: {slowdown_pct, flagged, tries, ratios, rerun}},
     "smallest_pct": float | None}}; rerun[i]: whether try i's second stage re-ran the point
@@ -761,7 +778,9 @@ def detection_table(records, calibration, factor=None):
                 "rerun": [name in r.get("suspects", ()) for r in tries],
             }
         always = [
-            a["slowdown_pct"] for a in amounts.values() if a["tries"] and a["flagged"] == a["tries"]
+            a["slowdown_pct"]
+            for a in amounts.values()
+            if a["slowdown_pct"] is not None and a["tries"] and a["flagged"] == a["tries"]
         ]
         out[name] = {"amounts": amounts, "smallest_pct": min(always) if always else None}
     return out
@@ -775,7 +794,12 @@ def detection_markdown(kernel, table, calibration):
         f"Kernel `{kernel}`; reference `{calibration['reference']}`; targets (percent -> "
         f"steps) {calibration['targets']}. Cell: calibrated slowdown %, flagged / tries, "
         "asv median ratios"
-        + (" (*: re-run by the second stage, the ratio of the pooled samples)." if rerun else "."),
+        + (" (*: re-run by the second stage, the ratio of the pooled samples)." if rerun else ".")
+        + (
+            " n/c: an amount the calibration did not time (asv's ratios alone)."
+            if calibration.get("uncalibrated")
+            else ""
+        ),
         "",
         f"| benchmark | {head} | smallest flagged in every try |",
         "| --- | " + " | ".join("---" for _ in extras) + " | --- |",
@@ -789,7 +813,8 @@ def detection_markdown(kernel, table, calibration):
                 continue
             marks = ["*" if m else "" for m in a.get("rerun") or [False] * len(a["ratios"])]
             ratios = ", ".join(f"{x:.3f}{m}" for x, m in zip(a["ratios"], marks, strict=True))
-            cells.append(f"{a['slowdown_pct']:+.1f}%: {a['flagged']}/{a['tries']} ({ratios})")
+            pct = "n/c" if a["slowdown_pct"] is None else f"{a['slowdown_pct']:+.1f}%"
+            cells.append(f"{pct}: {a['flagged']}/{a['tries']} ({ratios})")
         best = row["smallest_pct"]
         lines.append(f"| `{name}` | " + " | ".join(cells) + f" | {_pct(best)} |")
     worst = [r["smallest_pct"] for r in table.values()]
@@ -825,7 +850,7 @@ def sweep_points(calibration, min_pct=0.0):
     groups = {label: [] for label, _, _ in BASE_GROUPS}
     skipped, below = [], []
     for name, cal in calibration["points"].items():
-        if all(pct <= min_pct for pct in cal["slowdown_pct"].values()):
+        if all(pct is None or pct <= min_pct for pct in cal["slowdown_pct"].values()):
             skipped.append(name)
             continue
         label = next((g for g, lo, hi in BASE_GROUPS if lo <= cal["base_s"] < hi), None)
@@ -839,7 +864,10 @@ def smallest_always_flagged(row, min_pct=0.0):
     always = [
         a
         for a in row["amounts"].values()
-        if a["slowdown_pct"] > min_pct and a["tries"] and a["flagged"] == a["tries"]
+        if a["slowdown_pct"] is not None
+        and a["slowdown_pct"] > min_pct
+        and a["tries"]
+        and a["flagged"] == a["tries"]
     ]
     return min(always, key=lambda a: a["slowdown_pct"], default=None)
 
@@ -991,6 +1019,9 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=3)
     p = sub.add_parser("amounts")
     p.add_argument("calibration")
+    p = sub.add_parser("uncalibrated", help="add amounts to a calibration file, uncalibrated")
+    p.add_argument("calibration")
+    p.add_argument("extras", type=int, nargs="+")
     p = sub.add_parser("regex")
     p.add_argument("kernel", choices=KERNELS)
     for name in ("rounds", "noise"):
@@ -1042,6 +1073,11 @@ def main(argv=None):
         print(json.dumps({k: result[k] for k in ("reference", "ladder_pct", "targets")}))
     elif args.cmd == "amounts":
         print(" ".join(str(e) for e in json.loads(Path(args.calibration).read_text())["extras"]))
+    elif args.cmd == "uncalibrated":
+        path = Path(args.calibration)
+        cal, added = add_uncalibrated(json.loads(path.read_text()), args.extras)
+        path.write_text(json.dumps(cal, indent=1))
+        print(" ".join(str(e) for e in added))
     elif args.cmd == "regex":
         print(KERNELS[args.kernel].regex)
     elif args.cmd in ("rounds", "noise"):

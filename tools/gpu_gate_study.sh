@@ -32,12 +32,13 @@
 # arguments for aa and detect, default the gate's "-a rounds=2 --interleave-rounds";
 # CONT_ARGS= for one process per side),
 # CONFIRM_ROUNDS (default 6, the gate's; 0: stage 1 alone): the gate's second stage,
-# ci.confirm, after every aa and detect try. The suspects, up to CONFIRM_MAX (4), get
+# ci.confirm, after every aa and detect try. The suspects, up to CONFIRM_MAX (8), get
 # CONFIRM_ROUNDS more processes per side and are judged at CONFIRM_FACTOR (1.006); a
 # suspect's stage-1 ratio is beyond CONFIRM_SUSPECT (1.005). The records then hold the
 # two-stage verdict, stage 1's beside it. An A/A try takes about 9 min with it, 6 without.
 # CALIBRATION_FROM (a directory holding an earlier call's calibration-<kernel>.json, used
-# instead of calibrating again: a fresh machine saves the 2 to 4 min),
+# instead of calibrating again: a fresh machine saves the 2 to 4 min; DETECT_EXTRAS_<KERNEL>
+# amounts it lacks are tried uncalibrated, "n/c" in the tables: asv's ratios alone),
 # SWEEP_FACTORS (the summary's post-hoc factor sweep; factors below FACTOR are skipped),
 # DETECT_EXTRAS_NSA / DETECT_EXTRAS_KDA_LOOP / ... (EXTRA amounts to calibrate and test
 # instead of the targets' search; with CALIBRATION_FROM, which of its amounts to test),
@@ -70,7 +71,7 @@ CONT_ARGS=${CONT_ARGS--a rounds=2 --interleave-rounds}  # the gate's; CONT_ARGS=
 CONFIRM_ROUNDS=${CONFIRM_ROUNDS:-6}  # the gate's second stage after each try (ci.confirm); 0: off
 CONFIRM_SUSPECT=${CONFIRM_SUSPECT:-1.005}
 CONFIRM_FACTOR=${CONFIRM_FACTOR:-1.006}
-CONFIRM_MAX=${CONFIRM_MAX:-4}
+CONFIRM_MAX=${CONFIRM_MAX:-8}
 SWEEP_FACTORS=${SWEEP_FACTORS:-1.01 1.015 1.02 1.03 1.05}
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
@@ -166,6 +167,12 @@ if has_stage detect; then
             # In this checkout (the same sources as gate-base), not in the scratch repository.
             (cd "$ROOT" && "${GS[@]}" calibrate "$k" --out "$cal" "${args[@]}" \
                 --reps "${CAL_REPS:-3}") || { note "calibrate $k failed"; continue; }
+        fi
+        if [ -n "${!override:-}" ] && [ -n "${CALIBRATION_FROM:-}" ]; then
+            # Amounts a reused calibration never timed are tried too, with asv's ratios alone.
+            added=$("${GS[@]}" uncalibrated "$cal" ${!override}) \
+                || { note "detect $k: bad calibration $cal"; continue; }
+            [ -z "$added" ] || note "detect $k: amounts $added not in the calibration: uncalibrated"
         fi
         EXTRAS[$k]=$("${GS[@]}" amounts "$cal")
         if [ -n "${!override:-}" ]; then  # only the given amounts (of a reused calibration)
