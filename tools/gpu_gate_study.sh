@@ -35,7 +35,7 @@
 # ci.confirm, after every aa and detect try. The suspects, up to CONFIRM_MAX (8), get
 # CONFIRM_ROUNDS more processes per side and are judged at CONFIRM_FACTOR (1.006); a
 # suspect's stage-1 ratio is beyond CONFIRM_SUSPECT (1.005). The records then hold the
-# two-stage verdict, stage 1's beside it. An A/A try takes about 9 min with it, 6 without.
+# two-stage verdict, stage 1's beside it. An A/A try takes 6.5-9 min with it, 6 without.
 # CALIBRATION_FROM (a directory holding an earlier call's calibration-<kernel>.json, used
 # instead of calibrating again: a fresh machine saves the 2 to 4 min; DETECT_EXTRAS_<KERNEL>
 # amounts it lacks are tried uncalibrated, "n/c" in the tables: asv's ratios alone),
