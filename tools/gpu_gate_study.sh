@@ -41,7 +41,7 @@
 # amounts it lacks are tried uncalibrated, "n/c" in the tables: asv's ratios alone),
 # SWEEP_FACTORS (the summary's post-hoc factor sweep; factors below FACTOR are skipped),
 # DETECT_EXTRAS_NSA / DETECT_EXTRAS_KDA_LOOP / ... (EXTRA amounts to calibrate and test
-# instead of the targets' search; with CALIBRATION_FROM, which of its amounts to test),
+# instead of the targets' search; with CALIBRATION_FROM, which amounts to test),
 # CAL_REPS (default 3), ASV_ENV_DIR (default .asv/env, shared with tools/gpu_asv.sh), LAUNCH,
 # WHEELHOUSE, HOST_PY, ASV_HOST_TOOLS, ATTNBENCH_SMOKE (1: the CPU smoke suite).
 # Writes to $OUT (3 files): summary.md (tables), gate_study.log (everything), study.tar.gz
