@@ -254,29 +254,6 @@ def test_partial_chunk_sizes(rows, waves, window, schedule, monkeypatch):
     check_forward(q, k, v, make_idx("odd", B, Hkv, T, bs, S), bs)
 
 
-@pytest.mark.parametrize("pipeline", [False, True])
-def test_window_pipeline_knob(pipeline, schedule, monkeypatch):
-    """PIPELINE_WINDOWS: a pair of partial / combine launches per list window (here 3 of
-    them, the last one short) or one pair in all give bitwise the same o and lse; bad
-    knob values are refused, naming the knob, before anything is written."""
-    schedule("blocks")
-    monkeypatch.setattr(forward_blocks, "LIST_WINDOW", 16)
-    B, Hq, Hkv, T, D, bs, S = 1, 8, 2, 41, 32, 16, 3
-    q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=41)
-    idx = make_idx("random", B, Hkv, T, bs, S)
-    monkeypatch.setattr(forward_blocks, "PIPELINE_WINDOWS", not pipeline)
-    first = fwd(q, k, v, idx, bs, return_lse=True)
-    monkeypatch.setattr(forward_blocks, "PIPELINE_WINDOWS", pipeline)
-    got = check_forward(q, k, v, idx, bs)
-    assert torch.equal(got[0], first[0]) and torch.equal(got[1], first[1])
-    for name, bad in (("PIPELINE_WINDOWS", 1), ("COMBINE_PRIORITY", -1.0)):
-        good = getattr(forward_blocks, name)
-        monkeypatch.setattr(forward_blocks, name, bad)
-        with pytest.raises(ValueError, match=name):
-            fwd(q, k, v, idx, bs)
-        monkeypatch.setattr(forward_blocks, name, good)
-
-
 def test_backward_with_lse_from_block_path(schedule):
     """The backward takes lse from a block-path forward; gradients match the reference."""
     schedule("blocks")
@@ -335,11 +312,9 @@ def test_overlap_knob_is_checked_and_off_on_the_cpu(monkeypatch):
 @pytest.mark.parametrize("pattern", ["recent", "random"])
 def test_overlap_on_gpu_bitwise_and_in_a_graph(pattern, schedule, monkeypatch):
     """bf16, 'auto' with ratio 1 (both paths serve tiles): with the tile kernel on its own
-    stream and each of 8 list windows' combine on a third one (PIPELINE_WINDOWS), o and
-    lse are bitwise those of the one-stream call, also when the call is captured in a CUDA
-    graph and replayed on fresh inputs (the graph's forks and joins)."""
+    stream, o and lse are bitwise those of the one-stream call, also when the call is
+    captured in a CUDA graph and replayed on fresh inputs (the graph's fork and join)."""
     schedule("auto", ratio=1)
-    monkeypatch.setattr(forward_blocks, "LIST_WINDOW", 256)
     B, Hq, Hkv, T, D, bs, S = 1, 16, 4, 2000, 64, 32, 16
     g = torch.Generator(device="cuda").manual_seed(7)
     q, k, v = [
@@ -349,12 +324,9 @@ def test_overlap_on_gpu_bitwise_and_in_a_graph(pattern, schedule, monkeypatch):
     make = make_block_idx_recent if pattern == "recent" else make_block_idx_random
     idx = make(B, Hkv, T, bs, S, "cuda")
     monkeypatch.setattr(forward, "OVERLAP_TILE_KERNEL", False)
-    monkeypatch.setattr(forward_blocks, "PIPELINE_WINDOWS", False)
     ref = fwd(q, k, v, idx, bs, return_lse=True)
     monkeypatch.setattr(forward, "OVERLAP_TILE_KERNEL", True)
-    monkeypatch.setattr(forward_blocks, "PIPELINE_WINDOWS", True)
     assert forward.side_stream(q.device) is not None
-    assert forward_blocks.combine_stream(q.device) is not None
     got = fwd(q, k, v, idx, bs, return_lse=True)
     assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
     ro = selection_forward_reference(q.float(), k.float(), v.float(), idx, bs)

@@ -442,15 +442,11 @@ def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_
     dims = _checks.check_forward_args(q, k, v, block_idx, block_size, scale)
     nbytes = block_path_bytes(dims, q.element_size())
     min_blocks = block_path_min_blocks(dims.S, dims.G, nbytes)
-    from . import forward_blocks  # it builds on this module's helpers
-
-    side = None
-    if min_blocks is not None:
-        side = side_stream(q.device)
-        forward_blocks.combine_stream(q.device)  # checks its knobs before anything runs
+    side = side_stream(q.device) if min_blocks is not None else None
     o = _checks.new_empty(q.shape, q.dtype, q.device)
     lse = _checks.new_empty(q.shape[:3], torch.float32, q.device)
     block_g, block_t, prec = tile_config(dims.G, q.dtype, TILE_ROWS)
+    from . import forward_blocks  # it builds on this module's helpers
 
     hist = None
     if min_blocks is not None:

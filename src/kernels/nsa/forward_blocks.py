@@ -52,8 +52,6 @@ B * Hkv * T * S * G fp32 lse values, O(T); the lists take B * Hkv * (T * S + NL 
 int32 and their chunk codes 1 / CHUNK of that.
 """
 
-import contextlib
-
 import torch
 import triton
 import triton.language as tl
@@ -77,14 +75,6 @@ COMBINE_WARPS = 16
 COMBINE_WAVES = 8
 PREFIX_BLOCK = 4096
 LIST_WINDOW = 4096
-# Whether the partial and combine kernels run window by window (a pair of launches per list
-# window instead of one pair in all), read at every call. On a CUDA device each window's
-# combine then runs on a stream of its own (priority COMBINE_PRIORITY: its programs are
-# dispatched ahead of the waiting programs of the next window's partials), beside the next
-# window's partials, and reads partials written moments before (some still in L2).
-PIPELINE_WINDOWS = True
-COMBINE_PRIORITY = -1
-_COMBINE_STREAMS = {}
 
 
 @triton.jit
@@ -197,13 +187,12 @@ def _partial_chunk(
 
 @triton.jit
 def _partial_kernel(
-    Q, K, V, ROW_PTR, COL, CODE, PART_O, PART_L, T, NL, L_LO, L_HI, Hq, G, L, NC, qk_scale,
+    Q, K, V, ROW_PTR, COL, CODE, PART_O, PART_L, T, NL, Hq, G, L, NC, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
     BLOCK_G: tl.constexpr, PREC: tl.constexpr, SCALE_POS: tl.constexpr, STAGES: tl.constexpr,
     PIPELINED: tl.constexpr,
 ):  # fmt: skip
-    """Chunks pid, pid + num_programs, ... of lists L_LO .. L_HI - 1 of one (b, kv head)
-    (step 4; the lists of some windows, or all of them).
+    """Chunks pid, pid + num_programs, ... of the lists of one (b, kv head) (step 4).
     PIPELINED: a `tl.range` loop that Triton software-pipelines over STAGES; otherwise
     (the interpreter, which cannot run `tl.range` over a loaded bound) a `while` loop over
     the same chunks."""
@@ -216,18 +205,16 @@ def _partial_kernel(
     o_code = i_bh.to(tl.int64) * NC
     o_slots = i_bh.to(tl.int64) * T * S
     p_kv = i_bh.to(tl.int64) * T * D
-    p_row = ROW_PTR + i_bh.to(tl.int64) * (NL + 1)
-    c_lo = tl.load(p_row + L_LO) // CHUNK
-    c_hi = tl.load(p_row + L_HI) // CHUNK
+    n_chunks = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NL + 1) + NL) // CHUNK
     if PIPELINED:
-        for c in tl.range(c_lo + pid, c_hi, n_prog, num_stages=STAGES):
+        for c in tl.range(pid, n_chunks, n_prog, num_stages=STAGES):
             _partial_chunk(
                 Q, K, V, COL, CODE, PART_O, PART_L, c, o_list, o_code, o_slots, o_head, p_kv, T, G,
                 qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC, SCALE_POS,
             )  # fmt: skip
     else:
-        c = c_lo + pid
-        while c < c_hi:
+        c = pid
+        while c < n_chunks:
             _partial_chunk(
                 Q, K, V, COL, CODE, PART_O, PART_L, c, o_list, o_code, o_slots, o_head, p_kv, T, G,
                 qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC, SCALE_POS,
@@ -276,17 +263,16 @@ def _combine_tile(
 
 @triton.jit
 def _combine_kernel(
-    IDX, COUNT, PART_O, PART_L, O, LSE, T, NB, Hq, G, MIN_BLOCKS, N_TILES, TILE_LO, TILE_HI,
+    IDX, COUNT, PART_O, PART_L, O, LSE, T, NB, Hq, G, MIN_BLOCKS, N_TILES,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
     BLOCK_G: tl.constexpr,
 ):  # fmt: skip
-    """Tiles TILE_LO + pid, TILE_LO + pid + num_programs, ... (below TILE_HI) of one
-    (b, kv head): the block-handled ones are combined, the others skipped (persistent
-    programs: on the 'recent' pattern no tile is block-handled, and a few programs reading
-    the counts cost less than one per tile)."""
-    pid_t = TILE_LO + tl.program_id(0)
+    """Tiles pid, pid + num_programs, ... of one (b, kv head): the block-handled ones are
+    combined, the others skipped (persistent programs: on the 'recent' pattern no tile is
+    block-handled, and a few programs reading the counts cost less than one per tile)."""
+    pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)
-    while pid_t < TILE_HI:
+    while pid_t < N_TILES:
         if tl.load(COUNT + i_bh.to(tl.int64) * N_TILES + pid_t) > MIN_BLOCKS:
             _combine_tile(
                 IDX, PART_O, PART_L, O, LSE, pid_t, i_bh, T, NB, Hq, G, S, D, BS, BLOCK_T,
@@ -300,23 +286,6 @@ def _multiprocessors(device):
     if device.type != "cuda":
         return 1
     return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-def combine_stream(device):
-    """The combine's stream of `PIPELINE_WINDOWS` for a CUDA device (one per device and
-    priority, made on first use), or None: not a CUDA device (the interpreter runs in
-    order). The knobs are checked first."""
-    if not isinstance(PIPELINE_WINDOWS, bool):
-        raise ValueError(f"PIPELINE_WINDOWS must be a bool, got {PIPELINE_WINDOWS!r}")
-    if not isinstance(COMBINE_PRIORITY, int) or isinstance(COMBINE_PRIORITY, bool):
-        raise ValueError(f"COMBINE_PRIORITY must be an int, got {COMBINE_PRIORITY!r}")
-    if not PIPELINE_WINDOWS or device.type != "cuda":
-        return None
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    key = (index, COMBINE_PRIORITY)
-    if key not in _COMBINE_STREAMS:
-        _COMBINE_STREAMS[key] = torch.cuda.Stream(device=index, priority=COMBINE_PRIORITY)
-    return _COMBINE_STREAMS[key]
 
 
 def list_windows(T, block_t):
@@ -394,46 +363,22 @@ def block_major_forward(
     part_o = _checks.new_empty((BH, dims.T, dims.S, dims.G, dims.D), q.dtype, q.device)
     part_l = _checks.new_empty((BH, dims.T, dims.S, dims.G), torch.float32, q.device)
     n_lists = row_ptr.shape[1] - 1
-    n_tiles = counts.shape[1]
-    NW = n_lists // dims.NB
-    TPW = window_tiles(n_tiles, NW)
-    # Launch ranges: (first list, end list, first tile, end tile), per window or in all.
-    comb = combine_stream(q.device)
-    if PIPELINE_WINDOWS and NW > 1:
-        ranges = [
-            (w * dims.NB, (w + 1) * dims.NB, w * TPW, min((w + 1) * TPW, n_tiles))
-            for w in range(NW)
-        ]
-    else:
-        ranges, comb = [(0, n_lists, 0, n_tiles)], None
-    # The most chunks a row's range can hold: its tokens' slots, plus at most one padded
-    # chunk per list.
-    tokens = min(dims.T, (ranges[0][3] - ranges[0][2]) * block_t)
-    n_chunks = triton.cdiv(tokens * dims.S, chunk) + ranges[0][1] - ranges[0][0]
+    n_chunks = triton.cdiv(dims.T * dims.S, chunk) + n_lists  # the most any row can have
     if PARTIAL_WAVES is not None:
         n_chunks = min(n_chunks, triton.cdiv(PARTIAL_WAVES * _multiprocessors(q.device), BH))
-    main = torch.cuda.current_stream(q.device) if comb is not None else None
-    for l_lo, l_hi, t_lo, t_hi in ranges:
-        _partial_kernel[(n_chunks, BH)](
-            q, k, v, row_ptr, col, code, part_o, part_l, dims.T, n_lists, l_lo, l_hi, dims.Hq,
-            dims.G, col.shape[1], code.shape[1], qk_scale, S=dims.S, D=dims.D,
-            BS=dims.block_size, CHUNK=chunk, BLOCK_G=block_g, PREC=prec, SCALE_POS=qk_scale > 0,
-            STAGES=PARTIAL_STAGES,
-            PIPELINED=not isinstance(_partial_kernel, InterpretedFunction),
-            num_warps=PARTIAL_WARPS,
-        )  # fmt: skip
-        n_comb = t_hi - t_lo
-        if COMBINE_WAVES is not None:
-            n_comb = min(n_comb, triton.cdiv(COMBINE_WAVES * _multiprocessors(q.device), BH))
-        if comb is not None:
-            comb.wait_stream(main)  # this window's partials (and everything before them)
-        with torch.cuda.stream(comb) if comb is not None else contextlib.nullcontext():
-            _combine_kernel[(n_comb, BH)](
-                block_idx, counts, part_o, part_l, o, lse, dims.T, dims.NB, dims.Hq, dims.G,
-                min_blocks, n_tiles, t_lo, t_hi, S=dims.S, D=dims.D, BS=dims.block_size,
-                BLOCK_T=block_t, BLOCK_G=block_g, num_warps=COMBINE_WARPS,
-            )  # fmt: skip
-    if comb is not None:
-        # Join: later work on `main` (and the allocator's reuse of the partials, allocated
-        # on `main`) waits for the last combine.
-        main.wait_stream(comb)
+    _partial_kernel[(n_chunks, BH)](
+        q, k, v, row_ptr, col, code, part_o, part_l, dims.T, n_lists, dims.Hq, dims.G,
+        col.shape[1], code.shape[1], qk_scale, S=dims.S, D=dims.D, BS=dims.block_size,
+        CHUNK=chunk, BLOCK_G=block_g, PREC=prec, SCALE_POS=qk_scale > 0,
+        STAGES=PARTIAL_STAGES,
+        PIPELINED=not isinstance(_partial_kernel, InterpretedFunction), num_warps=PARTIAL_WARPS,
+    )  # fmt: skip
+    n_tiles = counts.shape[1]
+    n_comb = n_tiles
+    if COMBINE_WAVES is not None:
+        n_comb = min(n_tiles, triton.cdiv(COMBINE_WAVES * _multiprocessors(q.device), BH))
+    _combine_kernel[(n_comb, BH)](
+        block_idx, counts, part_o, part_l, o, lse, dims.T, dims.NB, dims.Hq, dims.G,
+        min_blocks, n_tiles, S=dims.S, D=dims.D, BS=dims.block_size, BLOCK_T=block_t,
+        BLOCK_G=block_g, num_warps=COMBINE_WARPS,
+    )  # fmt: skip
