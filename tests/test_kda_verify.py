@@ -424,41 +424,6 @@ def test_key_chunks_vs_reference(mode, kc, cpu_dtype, device, monkeypatch):
         run_and_check(mode, 3, 3, 1, 2, 32, 16, cpu_dtype, device, -5.0, pad=1, seed=13)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("project", [False, True])
-def test_projected_form_vs_reference(mode, project, cpu_dtype, device, monkeypatch):
-    """Both forms of the steps (per-step updates, or every state product taken from the
-    initial state: common._projection) in every mode: o, snapshots and ring against the
-    reference, for T = 1 (no coupling term) and T = 5, a strong gate (safe, lower bound -5)
-    and the standard one, one-piece and sub-tiled tiles, key chunks, a padded sequence."""
-    monkeypatch.setattr(fused_mod, "KDA_VERIFY_PROJECT", project)
-    monkeypatch.setattr(rec_mod, "RECURRENT_PROJECT", project)
-    monkeypatch.setattr(common, "STATE_KEY_CHUNK", 8)
-    for T, lb, tile in ((1, None, (16, None, None, None)), (5, -5.0, (16, 8, None, None))):
-        _set_tile(monkeypatch, *tile)
-        run_and_check(mode, 3, T, 1, 2, 32, 16, cpu_dtype, device, lb, pad=1, seed=19)
-
-
-def test_project_knob(cpu_dtype, device, monkeypatch):
-    """A bad projection knob is refused, naming it, before anything is written; the final
-    state of an ordinary decode call never takes the projected form (it would not form
-    the state): forced on, the decode result is still right."""
-    B, T, H, HV, K, V = 2, 3, 1, 2, 16, 16
-    for mod, name, mode in (
-        (fused_mod, "KDA_VERIFY_PROJECT", "fused+ring"),
-        (rec_mod, "RECURRENT_PROJECT", "unfused+ring"),
-    ):
-        monkeypatch.setattr(mod, name, 1)
-        inp = make_inputs(B, T, H, HV, K, V, cpu_dtype, device, seed=23)
-        with pytest.raises(ValueError, match=name):
-            make_runner(mode, inp, B, T, H, HV, K, V)()
-        assert all(bool(inp[n].isnan().all()) for n in ("rawv", "rawk", "g", "beta"))
-        monkeypatch.setattr(mod, name, None)
-    assert common.project_flag("unfused+ring", True, "X", needs_state=True) is False
-    assert common.project_flag("unfused", None, "X", needs_state=False) is False
-    assert common.project_flag("fused+ring", None, "X", needs_state=False) is True
-
-
 def test_key_chunk_knob(cpu_dtype, device, monkeypatch):
     """The ring bytes do not depend on the key chunks, and a bad STATE_KEY_CHUNK is
     refused (naming it) before anything is written."""
@@ -503,7 +468,6 @@ def test_disable_state_update_false(kc, T, cpu_dtype, device, monkeypatch):
     from the plain and the key-chunked tile (K = 32)."""
     monkeypatch.setattr(common, "STATE_KEY_CHUNK", kc)
     monkeypatch.setattr(rec_mod, "RECURRENT_BLOCK_V", 16)
-    monkeypatch.setattr(rec_mod, "RECURRENT_PROJECT", True)  # must not apply here
     B, H, HV, K, V = 2, 1, 2, 32, 16
     inp = make_inputs(B, T, H, HV, K, V, cpu_dtype, device, seed=11)
     ref = reference(inp, T, H, HV, K, V)

@@ -154,10 +154,9 @@ def _delta_step(b_S, b_q, b_k, b_v, b_g, b_beta, K: tl.constexpr, KC: tl.constex
 
 @triton.jit
 def _step_inputs(b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T: tl.constexpr,
-                 SAFE_GATE: tl.constexpr, PROJECT: tl.constexpr):  # fmt: skip
+                 SAFE_GATE: tl.constexpr):  # fmt: skip
     """Per-step vectors that do not depend on the state, as tuples of T rows:
-    (g [K], beta (scalar), normalized and scaled q [K], normalized k [K]), all fp32, and
-    with PROJECT the coefficients of `_projection` (else an empty tuple).
+    (g [K], beta (scalar), normalized and scaled q [K], normalized k [K]), all fp32.
 
     They are computed once per program, before its loop over state sub-tiles; b_q, b_k,
     b_a, b_b are tuples of the T input rows (q and k already in the input dtype)."""
@@ -173,44 +172,7 @@ def _step_inputs(b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T: 
         b_beta = b_beta + (b_bt,)
         b_qn = b_qn + (_l2norm(b_q[t].to(tl.float32), 1e-6) * scale,)
         b_kn = b_kn + (_l2norm(b_k[t].to(tl.float32), 1e-6),)
-    b_pj = ()
-    if PROJECT:
-        b_pj = _projection(b_qn, b_kn, b_g, T)
-    return b_g, b_beta, b_qn, b_kn, b_pj
-
-
-@triton.jit
-def _projection(b_qs, b_ks, b_g, T: tl.constexpr):
-    """What the T delta steps need from the key-side vectors alone (the "projected" form).
-
-    With a_t = exp(g_t), c_t = a_0 * ... * a_t and e(j, t) = a_{j+1} * ... * a_t (e(t, t) = 1),
-    unrolling S_t = S_{t-1} diag(a_t) + u_t k_t^T from the initial state S gives, per state row,
-        S_{t-1} diag(a_t) k_t = S (c_t k_t) + sum_{j<t} A[t, j] u_j,   A[t, j] = k_j . (e(j, t) k_t)
-        o_t = S_t q_t        = S (c_t q_t) + sum_{j<=t} B[t, j] u_j,  B[t, j] = k_j . (e(j, t) q_t)
-    so u_t = beta_t (v_t - S (c_t k_t) - sum_{j<t} A[t, j] u_j). Every product with the state
-    is one of 2T row sums of the *initial* state, and the A and B scalars are shared by all
-    rows of the head. Returns (c_t q_t tuple, c_t k_t tuple, A, B): A holds A[t, j] for j
-    = t-1 down to 0 after those of t-1 (position t (t-1) / 2 + t-1-j), B holds B[t, t]
-    then B[t, j] for j = t-1 down to 0 (position t (t+1) / 2 + t-j).
-    """
-    b_qc = ()
-    b_kc = ()
-    b_A = ()
-    b_B = ()
-    b_c = tl.exp(b_g[0])
-    for t in tl.static_range(T):
-        if t > 0:
-            b_c = b_c * tl.exp(b_g[t])
-        b_qc = b_qc + (b_c * b_qs[t],)
-        b_kc = b_kc + (b_c * b_ks[t],)
-        b_B = b_B + (tl.sum(b_ks[t] * b_qs[t], axis=0),)
-        b_e = tl.exp(b_g[t])
-        for jj in tl.static_range(t):  # j = t - 1 - jj
-            if jj > 0:
-                b_e = b_e * tl.exp(b_g[t - jj])
-            b_A = b_A + (tl.sum(b_ks[t - 1 - jj] * (b_e * b_ks[t]), axis=0),)
-            b_B = b_B + (tl.sum(b_ks[t - 1 - jj] * (b_e * b_qs[t]), axis=0),)
-    return b_qc, b_kc, b_A, b_B
+    return b_g, b_beta, b_qn, b_kn
 
 
 @triton.jit
@@ -232,7 +194,6 @@ def _verify_steps(
     b_v,
     b_g,
     b_beta,
-    b_pj,
     valid,
     p_o,
     s_o_n,
@@ -248,61 +209,27 @@ def _verify_steps(
     SNAPSHOT: tl.constexpr,
     SNAP_CM: tl.constexpr,
     RING: tl.constexpr,
-    PROJECT: tl.constexpr,
 ):
     """The T steps of one state sub-tile (SUB_V rows, in `_tile_ptrs`' shape); returns
-    the state after the last step (unchanged with PROJECT and no SNAPSHOT: nothing then
-    needs it).
+    the state after the last step.
 
-    b_qs, b_ks, b_g, b_beta, b_pj: tuples from `_step_inputs`; b_v: tuple of the T rows of
-    this sub-tile's value channels (input dtype). Per step: the delta step, o (zeros where
-    not `valid`), then the saves: the state sub-tile (SNAPSHOT) or its slice of rawv (RING;
+    b_qs, b_ks, b_g, b_beta: tuples from `_step_inputs`; b_v: tuple of the T rows of this
+    sub-tile's value channels (input dtype). Per step: the delta step, o (zeros where not
+    `valid`), then the saves: the state sub-tile (SNAPSHOT) or its slice of rawv (RING;
     the shared ring entries are `_store_ring_shared`'s). Nothing but o is written unless
     `valid`.
-
-    PROJECT takes every product with the state from the initial state (`_projection`):
-    the 2T row sums are independent of each other and of the steps, and the steps become
-    scalar work per row. Without snapshots the state is never updated at all (the ring
-    modes need only o); with them each step is a decay and a rank-1 update, no row sum.
     """
     m_v = valid & (o_v >= 0)
-    if PROJECT:
-        b_qc, b_kc, b_A, b_B = b_pj
-        b_x = ()
-        b_y = ()
-        for t in tl.static_range(T):
-            b_x = b_x + (_key_sum(b_S * _key_vec(b_kc[t], K, KC), K, KC),)
-            b_y = b_y + (_key_sum(b_S * _key_vec(b_qc[t], K, KC), K, KC),)
-        b_u = ()
-        for t in tl.static_range(T):
-            b_r = b_v[t].to(tl.float32) - b_x[t]
-            b_o = b_y[t]
-            for jj in tl.static_range(t):  # j = t - 1 - jj
-                b_r = b_r - b_A[t * (t - 1) // 2 + jj] * b_u[t - 1 - jj]
-            b_ut = b_beta[t] * b_r
-            b_u = b_u + (b_ut,)
-            b_o = b_o + b_B[t * (t + 1) // 2] * b_ut
-            for jj in tl.static_range(t):
-                b_o = b_o + b_B[t * (t + 1) // 2 + 1 + jj] * b_u[t - 1 - jj]
-            tl.store(p_o + t * s_o_n, tl.where(valid, b_o, 0.0).to(p_o.dtype.element_ty))
-            if SNAPSHOT:
-                b_k = _key_vec(b_ks[t], K, KC)
-                b_S = b_S * _key_vec(tl.exp(b_g[t]), K, KC) + _tile_rows(b_ut, K, KC) * b_k
-                p = _tile_ptrs(p_snap + t * s_snap_t, o_v, s_snap_v, K, KC)
-                tl.store(p, b_S, mask=_tile_rows(m_v, K, KC), cache_modifier=SNAP_CM)
-            if RING:
-                tl.store(p_rawv + t * s_rawv_r + o_v, b_v[t].to(p_rawv.dtype.element_ty), mask=m_v)
-    else:
-        for t in tl.static_range(T):
-            b_S, b_o = _delta_step(
-                b_S, b_qs[t], b_ks[t], b_v[t].to(tl.float32), b_g[t], b_beta[t], K, KC
-            )
-            tl.store(p_o + t * s_o_n, tl.where(valid, b_o, 0.0).to(p_o.dtype.element_ty))
-            if SNAPSHOT:
-                p = _tile_ptrs(p_snap + t * s_snap_t, o_v, s_snap_v, K, KC)
-                tl.store(p, b_S, mask=_tile_rows(m_v, K, KC), cache_modifier=SNAP_CM)
-            if RING:
-                tl.store(p_rawv + t * s_rawv_r + o_v, b_v[t].to(p_rawv.dtype.element_ty), mask=m_v)
+    for t in tl.static_range(T):
+        b_S, b_o = _delta_step(
+            b_S, b_qs[t], b_ks[t], b_v[t].to(tl.float32), b_g[t], b_beta[t], K, KC
+        )
+        tl.store(p_o + t * s_o_n, tl.where(valid, b_o, 0.0).to(p_o.dtype.element_ty))
+        if SNAPSHOT:
+            p = _tile_ptrs(p_snap + t * s_snap_t, o_v, s_snap_v, K, KC)
+            tl.store(p, b_S, mask=_tile_rows(m_v, K, KC), cache_modifier=SNAP_CM)
+        if RING:
+            tl.store(p_rawv + t * s_rawv_r + o_v, b_v[t].to(p_rawv.dtype.element_ty), mask=m_v)
     return b_S
 
 
@@ -482,25 +409,6 @@ def key_chunk(mode, B, K):
     elif not isinstance(kc, int) or isinstance(kc, bool) or kc < 4 or kc & (kc - 1):
         raise ValueError(f"STATE_KEY_CHUNK must be None or a power of two >= 4, got {kc!r}")
     return min(kc, K)
-
-
-# Whether the recurrence kernels take the projected form of the T steps (`_projection`,
-# `_verify_steps`) by mode, when the module's knob is None. The ring modes need no state
-# after the steps, so there it replaces the per-step decays, row sums and rank-1 updates of
-# the whole state tile by 2T independent row sums of the initial state; the snapshot modes
-# still update and store the state each step, but without a row sum between the stores.
-PROJECT_TABLE = {"fused": False, "fused+ring": True, "unfused": False, "unfused+ring": True}
-
-
-def project_flag(mode, knob, name, needs_state):
-    """PROJECT kernel argument: the knob (None = PROJECT_TABLE's), checked. Never with
-    `needs_state` (the final state is stored but no snapshot is: the projected form
-    without snapshots never forms it)."""
-    if knob is None:
-        knob = PROJECT_TABLE[mode]
-    elif not isinstance(knob, bool):
-        raise ValueError(f"{name} must be None or a bool, got {knob!r}")
-    return knob and not needs_state
 
 
 # Cache modifier of the snapshot stores (PTX st with it), read at every call: "" (the
