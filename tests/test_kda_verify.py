@@ -354,6 +354,21 @@ def test_tile_table_and_knobs(monkeypatch):
             B = 1000 if max_b is None else max_b
             assert common.pick_tile(mode, {}, B, 128, 128) == (bv, sub, nw, st)
             assert sub <= bv and bv % sub == 0
+    # Register caps of the table's tiles: by batch, never with a forced tile knob.
+    for mode, rows in common.MAXNREG_TABLE.items():
+        assert rows[-1][0] is None
+        for max_b, cap in rows:
+            B = 1000 if max_b is None else max_b
+            assert common.table_maxnreg(mode, {}, B) == cap
+            assert cap is None or 24 <= cap <= 255
+    assert common.table_maxnreg("fused+ring", {}, 32) == 128
+    assert common.table_maxnreg("fused+ring", {}, 33) == 168
+    assert common.table_maxnreg("fused+ring", {}, 16) is None
+    for knob in ("BLOCK_V", "SUB_V", "NUM_WARPS"):
+        assert common.table_maxnreg("fused+ring", {knob: 4, "STAGES": None}, 32) is None
+    assert common.maxnreg_kwargs("X", None, 128) == {"maxnreg": 128}
+    assert common.maxnreg_kwargs("X", 200, 128) == {"maxnreg": 200}
+    assert common.maxnreg_kwargs("X", None, None) == {}
     # A forced BLOCK_V alone walks its rows in one piece, clipped to V.
     assert common.pick_tile("fused", {"BLOCK_V": 64}, 1, 16, 128) == (16, 16, 8, 1)
     assert common.pick_tile("fused", {"BLOCK_V": 32, "SUB_V": 8}, 1, 128, 128) == (32, 8, 1, 1)

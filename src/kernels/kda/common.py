@@ -359,19 +359,53 @@ def num_warps_for(block_v, K):
 # the first sub-tile's loads ahead (fused_verify.KDA_VERIFY_FIRST_AHEAD), fused at B > 32 in
 # the 32-row one-piece tiles of B <= 32 (54.24 vs 55.43 us for 128/64, cold, B=64). v10:
 # fused at B > 32 in 128-row programs of four 32-row sub-tiles, each loaded while the one
-# before computes (fused_verify.KDA_VERIFY_PREFETCH; 53.71 vs 54.48 us).
+# before computes (fused_verify.KDA_VERIFY_PREFETCH; 53.71 vs 54.48 us). v11: the ring
+# modes at 16 < B <= 32 (fused+ring up to 48) in 64-row programs of two 32-row sub-tiles,
+# fused+ring with a register cap (MAXNREG_TABLE); unfused+ring at B=32: 21.50 -> 18.70 us.
 BLOCK_V_TABLE = {
     "fused": ((2, 4, 4, 2, 1), (8, 8, 8, 1, 1), (32, 32, 32, 4, 1), (None, 128, 32, 4, 1)),
-    "fused+ring": ((2, 8, 8, 4, 1), (8, 8, 8, 1, 1), (32, 64, 64, 4, 1), (None, 128, 64, 4, 1)),
+    "fused+ring": (
+        (2, 8, 8, 4, 1),
+        (8, 8, 8, 1, 1),
+        (16, 64, 64, 4, 1),
+        (48, 64, 32, 4, 1),
+        (None, 128, 64, 4, 1),
+    ),  # fmt: skip
     "unfused": ((2, 4, 4, 1, 1), (8, 8, 8, 1, 1), (32, 16, 16, 2, 1), (None, 8, 8, 2, 1)),
     "unfused+ring": (
         (2, 4, 4, 1, 1),
         (8, 8, 8, 1, 1),
         (16, 64, 64, 4, 1),
-        (32, 32, 32, 2, 1),
+        (32, 64, 32, 4, 1),
         (None, 128, 64, 4, 1),
     ),  # fmt: skip
 }
+# Register cap per thread (ptxas maxnreg) of the table's tiles, by mode and batch: rows
+# (largest batch, cap), first match wins; None = no cap. Used only when the module's
+# MAXNREG knob is None and no tile knob (BLOCK_V, SUB_V, NUM_WARPS) is forced. Why a cap
+# helps: at these batches the ring modes' time goes with how many waves of programs the
+# GPU runs, and the registers set the programs per SM. Uncapped, the fused kernel's 64/32
+# ring tile takes 144 registers with plain key rows (B <= 32) and 202 with key chunks of 64
+# (B > 32): three 128-thread programs per SM (396 on the H200's 132 SMs), or two (264).
+# Capped at 128, four fit (528: one wave for the B * HV = 512 programs of B=32); at 168,
+# three. Spills go to the L1-cached stack. Measured (docs/perf/kda.md, v11, cold us, B=24 /
+# 32 / 48): fused+ring with v10's table 14.54 / 20.40 / 25.01; 64/32 capped at 128 13.75 /
+# **16.41** / 24.93, at 168 **13.61** / 21.04 / **23.11**. B=16 and B=64 were slower with
+# every cap tried. (The recurrent kernel's 64/32 tile takes 128 registers uncapped.)
+MAXNREG_TABLE = {
+    "fused": ((None, None),),
+    "fused+ring": ((16, None), (32, 128), (48, 168), (None, None)),
+    "unfused": ((None, None),),
+    "unfused+ring": ((None, None),),
+}
+
+
+def table_maxnreg(mode, knobs, B):
+    """The table's register cap (MAXNREG_TABLE) of `mode` at batch B, or None when one of
+    the tile knobs is forced (the cap was measured with the table's tile only)."""
+    if any(knobs.get(k) is not None for k in ("BLOCK_V", "SUB_V", "NUM_WARPS")):
+        return None
+    return next(cap for b, cap in MAXNREG_TABLE[mode] if b is None or B <= b)
 
 
 def _check_pow2_knob(name, value):
@@ -426,11 +460,12 @@ def snapshot_cache_modifier():
     return cm
 
 
-def maxnreg_kwargs(name, value):
-    """Launch keywords of a register cap knob (None: no cap, ptxas chooses): {"maxnreg": n}
-    for an int n in 24..255; checked, so a bad value raises before anything runs."""
+def maxnreg_kwargs(name, value, default=None):
+    """Launch keywords of a register cap knob (None: `default`, the table's cap, or no cap
+    when that is None too): {"maxnreg": n} for an int n in 24..255; checked, so a bad value
+    raises before anything runs."""
     if value is None:
-        return {}
+        return {} if default is None else {"maxnreg": default}
     if not isinstance(value, int) or isinstance(value, bool) or not 24 <= value <= 255:
         raise ValueError(f"{name} must be None or an int in 24..255, got {value!r}")
     return {"maxnreg": value}

@@ -41,6 +41,7 @@ from .common import (
     pick_tile,
     save_args,
     snapshot_cache_modifier,
+    table_maxnreg,
     tokens_view,
 )
 
@@ -508,6 +509,6 @@ def fused_kda_conv_gating_verify(
         SNAP_CM=snapshot_cache_modifier(),
         RING=bool(cache_ring),
         num_warps=num_warps,
-        **maxnreg_kwargs("KDA_VERIFY_MAXNREG", KDA_VERIFY_MAXNREG),
+        **maxnreg_kwargs("KDA_VERIFY_MAXNREG", KDA_VERIFY_MAXNREG, table_maxnreg(mode, knobs, B)),
     )  # fmt: skip
     return o

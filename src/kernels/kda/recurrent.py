@@ -32,6 +32,7 @@ from .common import (
     pick_tile,
     save_args,
     snapshot_cache_modifier,
+    table_maxnreg,
     tokens_view,
 )
 
@@ -349,6 +350,6 @@ def fused_sigmoid_gating_delta_rule_update(
         STORE_FINAL=not disable_state_update,
         KC=kc,
         num_warps=num_warps,
-        **maxnreg_kwargs("RECURRENT_MAXNREG", RECURRENT_MAXNREG),
+        **maxnreg_kwargs("RECURRENT_MAXNREG", RECURRENT_MAXNREG, table_maxnreg(mode, knobs, B)),
     )  # fmt: skip
     return o
