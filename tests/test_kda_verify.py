@@ -413,6 +413,38 @@ def test_fused_knob_rejects_bad_value(knob, value, device, monkeypatch):
     assert bool(inp["win_pool"].isnan().all())
 
 
+@pytest.mark.parametrize(
+    "mode,B,want",
+    [("fused+ring", 16, None), ("fused+ring", 32, 128), ("fused+ring", 48, 168),
+     ("fused+ring", 64, None), ("unfused+ring", 32, None), ("fused", 32, None)],
+)  # fmt: skip
+def test_table_register_cap_reaches_the_launch(mode, B, want, device, monkeypatch):
+    """The table's register cap (common.MAXNREG_TABLE) is a launch option of the recurrence
+    kernel at the batches it covers, the module knob overrides it, and a forced tile drops
+    it. The kernels are replaced by recorders here: only the launch options are looked at."""
+    launches = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: launches.append(kwargs.get("maxnreg"))
+
+    monkeypatch.setattr(fused_mod, "_fused_verify_kernel", Recorder())
+    monkeypatch.setattr(rec_mod, "_recurrent_verify_kernel", Recorder())
+    T, H, HV, K, V = 2, 1, 1, 16, 16
+    inp = make_inputs(B, T, H, HV, K, V, torch.float32, device)
+    make_runner(mode, inp, B, T, H, HV, K, V)()
+    assert launches == [want]
+    knob = ("KDA_VERIFY_" if mode.startswith("fused") else "RECURRENT_") + "MAXNREG"
+    mod = fused_mod if mode.startswith("fused") else rec_mod
+    monkeypatch.setattr(mod, knob, 200)
+    make_runner(mode, inp, B, T, H, HV, K, V)()
+    assert launches[-1] == 200
+    monkeypatch.setattr(mod, knob, None)
+    monkeypatch.setattr(mod, knob.replace("MAXNREG", "BLOCK_V"), 8)
+    make_runner(mode, inp, B, T, H, HV, K, V)()
+    assert launches[-1] is None
+
+
 def test_recurrent_maxnreg_knob(device, monkeypatch):
     """The recurrent kernel's register cap: a bad value is refused, naming it, before the
     kernel runs; a valid one is a launch option only (results unchanged under the
