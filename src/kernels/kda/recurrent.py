@@ -42,7 +42,8 @@ RECURRENT_BLOCK_V = None
 RECURRENT_SUB_V = None
 RECURRENT_NUM_WARPS = None
 RECURRENT_STAGES = None
-# Register cap per thread (ptxas maxnreg) of the kernel, read at every call: None = none.
+# Register cap per thread (ptxas maxnreg) of the kernel, read at every call: None = the
+# table's cap for the mode and batch (common.MAXNREG_TABLE; none for most), an int forces it.
 RECURRENT_MAXNREG = None
 
 
