@@ -1,0 +1,204 @@
+"""Floors of the KDA verify's state traffic on the GPU: how fast a kernel that only moves the
+state (with the least arithmetic the math allows) runs in the verify's grid.
+
+    PYTHONPATH=src python3 tools/gpu_kda_floor.py --part ring|snap|small [--out DIR]
+
+Each floor kernel has the verify's grid (sequence, value head, tile of BLOCK_V value rows,
+walked in sub-tiles of SUB_V), reads the sequence's slot index first, then its fp32 state
+rows [slots, HV, V, K]:
+  * ring: per step t, two row sums S x over the key axis (the closed form's 2T products
+    of the initial state, x from `a`'s rows), o[t] written (bf16): the ring modes' state
+    bytes and the fewest products their math needs;
+  * snap: per step t, the tile scaled by exp(x_t) (the decay) and stored as snapshot t of
+    the sequence's line (`.cs`), plus one row sum into o[t]: the snapshot modes' bytes.
+Sweeps tiles (BLOCK_V, SUB_V, warps, stages of the sub-tile loop, key chunk) at B = 16 and
+64 (`ring`, `snap`) or B = 1 and 16 (`small`), timed like `gpu_check_kda` (cold: a CUDA
+graph over input sets that do not fit in L2; median of 5), beside the shipped kernels
+(`small` also times the unfused pair's two kernels alone). Prints one line per point and
+the best floor per (part, B); writes DIR/kda_floor_<part>.json when --out is given.
+"""
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.join(ROOT, "tools"), os.path.join(ROOT, "src")]
+
+import gpu_check_kda as chk  # noqa: E402
+
+from kernels.kda import causal_conv1d_update, fused_sigmoid_gating_delta_rule_update  # noqa: E402
+from kernels.kda.common import _key_sum, _key_vec, _tile_ptrs  # noqa: E402
+
+H, K, V, T, HV = chk.H, chk.K, chk.V, chk.T, 8
+
+
+@triton.jit
+def _floor_kernel(ssm, idx, lines, a, o, snap, s_ssm_s, s_ssm_h, s_a_n, s_o_n, s_o_h,
+                  s_snap_l, s_snap_t, s_snap_h, T: tl.constexpr, K: tl.constexpr,
+                  BLOCK_V: tl.constexpr, SUB_V: tl.constexpr, KC: tl.constexpr,
+                  STAGES: tl.constexpr, SNAP: tl.constexpr):  # fmt: skip
+    i_n = tl.program_id(0)
+    i_hv = tl.program_id(1)
+    i_v = tl.program_id(2)
+    o_k = tl.arange(0, K)
+    i_slot = tl.load(idx + i_n).to(tl.int64)
+    p_h0 = ssm + i_slot * s_ssm_s + i_hv * s_ssm_h
+    b_x = ()
+    for t in tl.static_range(T):
+        b_x = b_x + (tl.load(a + (i_n * T + t) * s_a_n + i_hv * K + o_k).to(tl.float32),)
+    if SNAP:
+        i_line = tl.load(lines + i_n).to(tl.int64)
+        p_snap = snap + i_line * s_snap_l + i_hv * s_snap_h
+    for i_s in tl.range(0, BLOCK_V // SUB_V, num_stages=STAGES):
+        o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
+        b_S = tl.load(_tile_ptrs(p_h0, o_sv, K, K, KC))
+        for t in tl.static_range(T):
+            if SNAP:
+                b_S = b_S * _key_vec(tl.exp(b_x[t]), K, KC)
+                p = _tile_ptrs(p_snap + t * s_snap_t, o_sv, K, K, KC)
+                tl.store(p, b_S, cache_modifier=".cs")
+                b_o = _key_sum(b_S * _key_vec(b_x[t], K, KC), K, KC)
+            else:
+                b_o = _key_sum(b_S * _key_vec(b_x[t], K, KC), K, KC)
+                b_o += _key_sum(b_S * _key_vec(b_x[t] * b_x[t], K, KC), K, KC)
+            tl.store(o + (i_n * T + t) * s_o_n + i_hv * s_o_h + o_sv, b_o.to(o.dtype.element_ty))
+
+
+def floor_fn(s, B, snap, bv, sub, warps, stages, kc):
+    o = s.setdefault("o_floor", torch.empty(B * T, HV, V, device=chk.DEV, dtype=torch.float32))
+    sn = s["inter_ssm"]
+    grid = (B, HV, V // bv)
+
+    def fn():
+        _floor_kernel[grid](
+            s["ssm"], s["cache_indices"], s["inter_indices"], s["a"], o, sn,
+            s["ssm"].stride(0), s["ssm"].stride(1), s["a"].stride(0), o.stride(0), o.stride(1),
+            sn.stride(0), sn.stride(1), sn.stride(2),
+            T=T, K=K, BLOCK_V=bv, SUB_V=sub, KC=kc, STAGES=stages, SNAP=snap, num_warps=warps,
+        )  # fmt: skip
+
+    return fn
+
+
+def check_floor(B, snap, tile):
+    """The floor kernel computes what it claims (so the timed work is real)."""
+    s = chk.make_set(B, HV, 3)
+    floor_fn(s, B, snap, *tile)()
+    chk.sync()
+    S = s["ssm"][s["cache_indices"].long()]  # [B, HV, V, K]
+    x = s["a"].float().view(B, T, HV, K)
+    o = s["o_floor"].float().view(B, T, HV, V)
+    err = 0.0
+    for t in range(T):
+        if snap:
+            S = S * torch.exp(x[:, t])[:, :, None, :]
+            want = torch.einsum("bhvk,bhk->bhv", S, x[:, t])
+            got_s = s["inter_ssm"][s["inter_indices"].long(), t]
+            err = max(err, chk.rel(got_s, S))
+        else:
+            want = torch.einsum("bhvk,bhk->bhv", S, x[:, t] + x[:, t] ** 2)
+        err = max(err, chk.rel(o[:, t], want))
+    return err
+
+
+def time_fns(fns):
+    return min(statistics.median(chk.bench(fns, 20) for _ in range(5)) for _ in range(2))
+
+
+def tiles(part, B):
+    if part == "small":
+        for bv, warps in itertools.product((2, 4, 8, 16, 32), (1, 2, 4)):
+            if bv * K // (32 * warps) >= 4:
+                yield bv, bv, warps, 1, K
+        return
+    for bv, sub, warps, stages, kc in itertools.product(
+        (32, 64, 128), (16, 32, 64), (2, 4, 8), (1, 2), (K, 32)
+    ):
+        if sub > bv or (stages > 1 and sub == bv) or sub * K // (32 * warps) > 128:
+            continue
+        if sub * K // (32 * warps) < 8:
+            continue
+        yield bv, sub, warps, stages, kc
+
+
+def unfused_parts(s, B):
+    """The unfused pair's two kernels, each alone (conv; recurrent on the raw inputs)."""
+    dim = 2 * H * K + HV * V
+    conv_state = s["conv_pool"].transpose(-1, -2)
+    window = s["win_pool"].transpose(-1, -2)
+    x3 = s["mixed"].reshape(B, T, dim).transpose(1, 2)
+    q, k, v = s["mixed"].split([H * K, H * K, HV * V], dim=-1)
+    ring = {f"replayssm_{n}": s[n] for n in ("rawv", "rawk", "g", "beta")}
+    conv = lambda: causal_conv1d_update(
+        x3, conv_state, s["w"], s["bias"], activation="silu",
+        conv_state_indices=s["cache_indices"], intermediate_conv_window=window,
+        intermediate_state_indices=s["inter_indices"],
+    )  # fmt: skip
+
+    def rec(ring_mode):
+        return lambda: fused_sigmoid_gating_delta_rule_update(
+            A_log=s["A_log"], a=s["a"], dt_bias=s["dt_bias"], softplus_beta=1.0,
+            softplus_threshold=20.0, q=q.unflatten(-1, (H, K)).unsqueeze(0),
+            k=k.unflatten(-1, (H, K)).unsqueeze(0), v=v.unflatten(-1, (HV, V)).unsqueeze(0),
+            b=s["b"], initial_state_source=s["ssm"], initial_state_indices=s["cache_indices"],
+            use_qk_l2norm_in_kernel=True, cu_seqlens=s["cu"], is_kda=True,
+            disable_state_update=True,
+            intermediate_states_buffer=None if ring_mode else s["inter_ssm"],
+            intermediate_state_indices=None if ring_mode else s["inter_indices"], cache_steps=T,
+            retrieve_parent_token=None, lower_bound=-5.0, cache_ring=ring_mode,
+            **(ring if ring_mode else {n: None for n in ring}),
+        )  # fmt: skip
+
+    return {"conv alone": conv, "recurrent+ring alone": rec(True), "recurrent alone": rec(False)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--part", choices=("ring", "snap", "small"), required=True)
+    ap.add_argument("--batch", type=int, nargs="+", default=None)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    batches = args.batch or ((1, 16) if args.part == "small" else (16, 64))
+    snaps = (False, True) if args.part == "small" else (args.part == "snap",)
+    rows = []
+    for B in batches:
+        sets = chk.cold_sets(B, HV, 200)
+        shipped = {m: time_fns([chk.runner(m, s, B, HV, -5.0) for s in sets]) for m in chk.MODES}
+        print(json.dumps({"B": B, "shipped_cold_us": shipped}), flush=True)
+        rows.append({"B": B, "shipped": shipped})
+        if args.part == "small":
+            parts = [unfused_parts(s, B) for s in sets]
+            alone = {n: time_fns([p[n] for p in parts]) for n in parts[0]}
+            print(json.dumps({"B": B, "alone_cold_us": alone}), flush=True)
+            rows.append({"B": B, "alone": alone})
+        for snap in snaps:
+            best = None
+            for tile in tiles(args.part, B):
+                try:
+                    err = check_floor(B, snap, tile)
+                    us = time_fns([floor_fn(s, B, snap, *tile) for s in sets])
+                except Exception as e:  # a tile that does not compile or fit
+                    print(f"B={B} snap={snap} tile={tile} failed: {type(e).__name__}", flush=True)
+                    continue
+                row = {"B": B, "snap": snap, "tile": tile, "us": round(us, 3), "err": err}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                if err < 1e-4 and (best is None or us < best["us"]):
+                    best = row
+            print(json.dumps({"best": best}), flush=True)
+        del sets
+    if args.out:
+        with open(os.path.join(args.out, f"kda_floor_{args.part}.json"), "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
