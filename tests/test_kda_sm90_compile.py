@@ -31,8 +31,8 @@ def _run(*args):
     [
         # B=2 in the tool: the small-batch tiles, fused kernel state first by default.
         (["--block-v", "4", "8", "--warps", "1", "2", "4"], 24),
-        # The B > 32 tiles of the table: 128-row programs in two 64-row sub-tiles, key
-        # chunks of 64, compiled for every mode (the ring modes use it); the fused kernel's,
+        # 128-row programs in two 64-row sub-tiles, key chunks of 64, compiled for every
+        # mode (the ring modes' B > 32 tile up to v11); the fused kernel's B > 32 tile,
         # 128-row programs in four 32-row sub-tiles with the next one's loads ahead (two
         # live at once), key chunks of 64.
         (["--block-v", "128", "--sub-v", "64", "--warps", "4", "--key-chunk", "64"], 4),
@@ -50,6 +50,25 @@ def test_kernels_compile_for_sm90_without_spills(args, n_rows):
     assert "0 compile errors, 0 kernels with spills" in r.stdout
     rows = [ln for ln in r.stdout.splitlines() if "_verify_kernel" in ln]
     assert len(rows) == n_rows, r.stdout
+
+
+@pytest.mark.parametrize(
+    "mode,bv,stages",
+    [("fused+ring", 64, 2), ("fused+ring", 128, 2), ("unfused+ring", 64, 2),
+     ("unfused+ring", 128, 1)],
+)  # fmt: skip
+def test_projected_ring_tiles_compile_for_sm90(mode, bv, stages):
+    """The ring modes' B > 16 tiles of the table (projected form, 32-row sub-tiles on 2
+    warps, key chunks of 32), both gates: they compile at the register limit (255), and
+    what ptxas puts on the stack stays a few words (0-48 bytes; these tiles measured
+    fastest with it, docs/perf/kda.md v12). A larger spill fails here."""
+    for gate in ([], ["--safe-gate"]):
+        tile = ["--block-v", str(bv), "--sub-v", "32", "--warps", "2", "--stages", str(stages)]
+        r = _run("--modes", mode, *tile, "--key-chunk", "32", "--project", "on", *gate)
+        assert "0 compile errors," in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+        (row,) = [ln.split() for ln in r.stdout.splitlines() if "_verify_kernel" in ln]
+        reg, stack, local = int(row[7]), int(row[8]), int(row[9])
+        assert reg <= 255 and stack + local <= 64, row
 
 
 def test_sub_tile_loop_compiles_for_sm90():

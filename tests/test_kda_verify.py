@@ -361,6 +361,8 @@ def test_tile_table_and_knobs(monkeypatch):
             B = 1000 if max_b is None else max_b
             assert common.table_maxnreg(mode, {}, B) == cap
             assert cap is None or 24 <= cap <= 255
+    caps = {**common.MAXNREG_TABLE, "fused+ring": ((16, None), (32, 128), (None, 168))}
+    monkeypatch.setattr(common, "MAXNREG_TABLE", caps)
     assert common.table_maxnreg("fused+ring", {}, 32) == 128
     assert common.table_maxnreg("fused+ring", {}, 33) == 168
     assert common.table_maxnreg("fused+ring", {}, 16) is None
@@ -416,12 +418,20 @@ def test_fused_knob_rejects_bad_value(knob, value, device, monkeypatch):
 @pytest.mark.parametrize(
     "mode,B,want",
     [("fused+ring", 16, None), ("fused+ring", 32, 128), ("fused+ring", 48, 168),
-     ("fused+ring", 64, None), ("unfused+ring", 32, None), ("fused", 32, None)],
+     ("fused+ring", 64, None), ("unfused+ring", 32, 144), ("fused", 32, None)],
 )  # fmt: skip
 def test_table_register_cap_reaches_the_launch(mode, B, want, device, monkeypatch):
-    """The table's register cap (common.MAXNREG_TABLE) is a launch option of the recurrence
-    kernel at the batches it covers, the module knob overrides it, and a forced tile drops
-    it. The kernels are replaced by recorders here: only the launch options are looked at."""
+    """A register cap of the table (common.MAXNREG_TABLE, here a test table: the shipped
+    one caps nothing now) is a launch option of the recurrence kernel at the batches it
+    covers, the module knob overrides it, and a forced tile drops it. The kernels are
+    replaced by recorders here: only the launch options are looked at."""
+    caps = {
+        "fused": ((None, None),),
+        "fused+ring": ((16, None), (32, 128), (48, 168), (None, None)),
+        "unfused": ((None, None),),
+        "unfused+ring": ((16, None), (None, 144)),
+    }
+    monkeypatch.setattr(common, "MAXNREG_TABLE", caps)
     launches = []
 
     class Recorder:
@@ -471,6 +481,48 @@ def test_key_chunks_vs_reference(mode, kc, cpu_dtype, device, monkeypatch):
         run_and_check(mode, 3, 3, 1, 2, 32, 16, cpu_dtype, device, -5.0, pad=1, seed=13)
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("project", [False, True])
+def test_projected_form_vs_reference(mode, project, cpu_dtype, device, monkeypatch):
+    """Both forms of the steps (per-step updates, or every state product taken from the
+    initial state: common._projection) in every mode: o, snapshots and ring against the
+    reference, for T = 1 (no coupling term) and T = 5, a strong gate (safe, lower bound -5)
+    and the standard one, one-piece and sub-tiled tiles, key chunks, a padded sequence."""
+    monkeypatch.setattr(fused_mod, "KDA_VERIFY_PROJECT", project)
+    monkeypatch.setattr(rec_mod, "RECURRENT_PROJECT", project)
+    monkeypatch.setattr(common, "STATE_KEY_CHUNK", 8)
+    for T, lb, tile in ((1, None, (16, None, None, None)), (5, -5.0, (16, 8, None, None))):
+        _set_tile(monkeypatch, *tile)
+        run_and_check(mode, 3, T, 1, 2, 32, 16, cpu_dtype, device, lb, pad=1, seed=19)
+
+
+def test_project_knob(cpu_dtype, device, monkeypatch):
+    """A bad projection knob is refused, naming it, before anything is written; the final
+    state of an ordinary decode call never takes the projected form (it would not form
+    the state): forced on, the decode result is still right."""
+    B, T, H, HV, K, V = 2, 3, 1, 2, 16, 16
+    for mod, name, mode in (
+        (fused_mod, "KDA_VERIFY_PROJECT", "fused+ring"),
+        (rec_mod, "RECURRENT_PROJECT", "unfused+ring"),
+    ):
+        monkeypatch.setattr(mod, name, 1)
+        inp = make_inputs(B, T, H, HV, K, V, cpu_dtype, device, seed=23)
+        with pytest.raises(ValueError, match=name):
+            make_runner(mode, inp, B, T, H, HV, K, V)()
+        assert all(bool(inp[n].isnan().all()) for n in ("rawv", "rawk", "g", "beta"))
+        monkeypatch.setattr(mod, name, None)
+    assert common.project_flag("unfused+ring", True, "X", True, 64) is False
+    assert common.project_flag("unfused", None, "X", False, 64) is False
+    assert common.project_flag("fused+ring", None, "X", False, 64) is True
+    assert common.project_flag("fused+ring", None, "X", False, 16) is False
+    assert common.project_flag("unfused+ring", None, "X", False, 17) is True
+    for mode, rows in common.PROJECT_TABLE.items():
+        assert rows[-1][0] is None
+        for max_b, flag in rows:
+            B = 1000 if max_b is None else max_b
+            assert common.project_flag(mode, None, "X", False, B) is flag
+
+
 def test_key_chunk_knob(cpu_dtype, device, monkeypatch):
     """The ring bytes do not depend on the key chunks, and a bad STATE_KEY_CHUNK is
     refused (naming it) before anything is written."""
@@ -515,6 +567,7 @@ def test_disable_state_update_false(kc, T, cpu_dtype, device, monkeypatch):
     from the plain and the key-chunked tile (K = 32)."""
     monkeypatch.setattr(common, "STATE_KEY_CHUNK", kc)
     monkeypatch.setattr(rec_mod, "RECURRENT_BLOCK_V", 16)
+    monkeypatch.setattr(rec_mod, "RECURRENT_PROJECT", True)  # must not apply here
     B, H, HV, K, V = 2, 1, 2, 32, 16
     inp = make_inputs(B, T, H, HV, K, V, cpu_dtype, device, seed=11)
     ref = reference(inp, T, H, HV, K, V)

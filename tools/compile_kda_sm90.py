@@ -2,11 +2,12 @@
 
     .venv/bin/python tools/compile_kda_sm90.py [--modes fused ...] [--block-v 4 16] [--warps 1 4]
         [--sub-v 0 32] [--stages 1 2] [--state-first auto on off] [--key-chunk 16]
-        [--maxnreg 168] [--prefetch]
+        [--maxnreg 168] [--prefetch] [--project auto]
         (sub-v 0: the whole BLOCK_V in one piece; state-first: the fused kernel's work order;
         key-chunk: common.STATE_KEY_CHUNK, the key chunk width of the state tiles;
         maxnreg: the register cap of both recurrence kernels; prefetch: the fused kernel's
-        double-buffered sub-tile loop)
+        double-buffered sub-tile loop; project: both kernels' PROJECT knobs, auto = the
+        table's)
 
 Every call goes through the public wrappers with CPU tensors (bf16 inputs, the seed's
 shape), as the benchmark calls them; a stand-in driver reports an sm_90 target, and each
@@ -111,6 +112,7 @@ def main():
     ap.add_argument("--safe-gate", action="store_true")
     ap.add_argument("--maxnreg", type=int, default=None, help="register cap of both kernels")
     ap.add_argument("--prefetch", action="store_true", help="fused_verify.KDA_VERIFY_PREFETCH")
+    ap.add_argument("--project", default="auto", choices=["auto", "on", "off"])
     args = ap.parse_args()
 
     triton.runtime.driver.set_active(_Sm90Driver())
@@ -129,6 +131,8 @@ def main():
         common.STATE_KEY_CHUNK = args.key_chunk
     fused_mod.KDA_VERIFY_MAXNREG = rec_mod.RECURRENT_MAXNREG = args.maxnreg
     fused_mod.KDA_VERIFY_PREFETCH = args.prefetch
+    project = {"auto": None, "on": True, "off": False}[args.project]
+    fused_mod.KDA_VERIFY_PROJECT = rec_mod.RECURRENT_PROJECT = project
     compiled = []
     for mod, name in (
         (fused_mod, "_fused_verify_kernel"),

@@ -154,9 +154,10 @@ def _delta_step(b_S, b_q, b_k, b_v, b_g, b_beta, K: tl.constexpr, KC: tl.constex
 
 @triton.jit
 def _step_inputs(b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T: tl.constexpr,
-                 SAFE_GATE: tl.constexpr):  # fmt: skip
+                 SAFE_GATE: tl.constexpr, PROJECT: tl.constexpr):  # fmt: skip
     """Per-step vectors that do not depend on the state, as tuples of T rows:
-    (g [K], beta (scalar), normalized and scaled q [K], normalized k [K]), all fp32.
+    (g [K], beta (scalar), normalized and scaled q [K], normalized k [K]), all fp32, and
+    with PROJECT the coefficients of `_projection` (else an empty tuple).
 
     They are computed once per program, before its loop over state sub-tiles; b_q, b_k,
     b_a, b_b are tuples of the T input rows (q and k already in the input dtype)."""
@@ -172,7 +173,44 @@ def _step_inputs(b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T: 
         b_beta = b_beta + (b_bt,)
         b_qn = b_qn + (_l2norm(b_q[t].to(tl.float32), 1e-6) * scale,)
         b_kn = b_kn + (_l2norm(b_k[t].to(tl.float32), 1e-6),)
-    return b_g, b_beta, b_qn, b_kn
+    b_pj = ()
+    if PROJECT:
+        b_pj = _projection(b_qn, b_kn, b_g, T)
+    return b_g, b_beta, b_qn, b_kn, b_pj
+
+
+@triton.jit
+def _projection(b_qs, b_ks, b_g, T: tl.constexpr):
+    """What the T delta steps need from the key-side vectors alone (the "projected" form).
+
+    With a_t = exp(g_t), c_t = a_0 * ... * a_t and e(j, t) = a_{j+1} * ... * a_t (e(t, t) = 1),
+    unrolling S_t = S_{t-1} diag(a_t) + u_t k_t^T from the initial state S gives, per state row,
+        S_{t-1} diag(a_t) k_t = S (c_t k_t) + sum_{j<t} A[t, j] u_j,   A[t, j] = k_j . (e(j, t) k_t)
+        o_t = S_t q_t        = S (c_t q_t) + sum_{j<=t} B[t, j] u_j,  B[t, j] = k_j . (e(j, t) q_t)
+    so u_t = beta_t (v_t - S (c_t k_t) - sum_{j<t} A[t, j] u_j). Every product with the state
+    is one of 2T row sums of the *initial* state, and the A and B scalars are shared by all
+    rows of the head. Returns (c_t q_t tuple, c_t k_t tuple, A, B): A holds A[t, j] for j
+    = t-1 down to 0 after those of t-1 (position t (t-1) / 2 + t-1-j), B holds B[t, t]
+    then B[t, j] for j = t-1 down to 0 (position t (t+1) / 2 + t-j).
+    """
+    b_qc = ()
+    b_kc = ()
+    b_A = ()
+    b_B = ()
+    b_c = tl.exp(b_g[0])
+    for t in tl.static_range(T):
+        if t > 0:
+            b_c = b_c * tl.exp(b_g[t])
+        b_qc = b_qc + (b_c * b_qs[t],)
+        b_kc = b_kc + (b_c * b_ks[t],)
+        b_B = b_B + (tl.sum(b_ks[t] * b_qs[t], axis=0),)
+        b_e = tl.exp(b_g[t])
+        for jj in tl.static_range(t):  # j = t - 1 - jj
+            if jj > 0:
+                b_e = b_e * tl.exp(b_g[t - jj])
+            b_A = b_A + (tl.sum(b_ks[t - 1 - jj] * (b_e * b_ks[t]), axis=0),)
+            b_B = b_B + (tl.sum(b_ks[t - 1 - jj] * (b_e * b_qs[t]), axis=0),)
+    return b_qc, b_kc, b_A, b_B
 
 
 @triton.jit
@@ -194,6 +232,7 @@ def _verify_steps(
     b_v,
     b_g,
     b_beta,
+    b_pj,
     valid,
     p_o,
     s_o_n,
@@ -209,27 +248,61 @@ def _verify_steps(
     SNAPSHOT: tl.constexpr,
     SNAP_CM: tl.constexpr,
     RING: tl.constexpr,
+    PROJECT: tl.constexpr,
 ):
     """The T steps of one state sub-tile (SUB_V rows, in `_tile_ptrs`' shape); returns
-    the state after the last step.
+    the state after the last step (unchanged with PROJECT and no SNAPSHOT: nothing then
+    needs it).
 
-    b_qs, b_ks, b_g, b_beta: tuples from `_step_inputs`; b_v: tuple of the T rows of this
-    sub-tile's value channels (input dtype). Per step: the delta step, o (zeros where not
-    `valid`), then the saves: the state sub-tile (SNAPSHOT) or its slice of rawv (RING;
+    b_qs, b_ks, b_g, b_beta, b_pj: tuples from `_step_inputs`; b_v: tuple of the T rows of
+    this sub-tile's value channels (input dtype). Per step: the delta step, o (zeros where
+    not `valid`), then the saves: the state sub-tile (SNAPSHOT) or its slice of rawv (RING;
     the shared ring entries are `_store_ring_shared`'s). Nothing but o is written unless
     `valid`.
+
+    PROJECT takes every product with the state from the initial state (`_projection`):
+    the 2T row sums are independent of each other and of the steps, and the steps become
+    scalar work per row. Without snapshots the state is never updated at all (the ring
+    modes need only o); with them each step is a decay and a rank-1 update, no row sum.
     """
     m_v = valid & (o_v >= 0)
-    for t in tl.static_range(T):
-        b_S, b_o = _delta_step(
-            b_S, b_qs[t], b_ks[t], b_v[t].to(tl.float32), b_g[t], b_beta[t], K, KC
-        )
-        tl.store(p_o + t * s_o_n, tl.where(valid, b_o, 0.0).to(p_o.dtype.element_ty))
-        if SNAPSHOT:
-            p = _tile_ptrs(p_snap + t * s_snap_t, o_v, s_snap_v, K, KC)
-            tl.store(p, b_S, mask=_tile_rows(m_v, K, KC), cache_modifier=SNAP_CM)
-        if RING:
-            tl.store(p_rawv + t * s_rawv_r + o_v, b_v[t].to(p_rawv.dtype.element_ty), mask=m_v)
+    if PROJECT:
+        b_qc, b_kc, b_A, b_B = b_pj
+        b_x = ()
+        b_y = ()
+        for t in tl.static_range(T):
+            b_x = b_x + (_key_sum(b_S * _key_vec(b_kc[t], K, KC), K, KC),)
+            b_y = b_y + (_key_sum(b_S * _key_vec(b_qc[t], K, KC), K, KC),)
+        b_u = ()
+        for t in tl.static_range(T):
+            b_r = b_v[t].to(tl.float32) - b_x[t]
+            b_o = b_y[t]
+            for jj in tl.static_range(t):  # j = t - 1 - jj
+                b_r = b_r - b_A[t * (t - 1) // 2 + jj] * b_u[t - 1 - jj]
+            b_ut = b_beta[t] * b_r
+            b_u = b_u + (b_ut,)
+            b_o = b_o + b_B[t * (t + 1) // 2] * b_ut
+            for jj in tl.static_range(t):
+                b_o = b_o + b_B[t * (t + 1) // 2 + 1 + jj] * b_u[t - 1 - jj]
+            tl.store(p_o + t * s_o_n, tl.where(valid, b_o, 0.0).to(p_o.dtype.element_ty))
+            if SNAPSHOT:
+                b_k = _key_vec(b_ks[t], K, KC)
+                b_S = b_S * _key_vec(tl.exp(b_g[t]), K, KC) + _tile_rows(b_ut, K, KC) * b_k
+                p = _tile_ptrs(p_snap + t * s_snap_t, o_v, s_snap_v, K, KC)
+                tl.store(p, b_S, mask=_tile_rows(m_v, K, KC), cache_modifier=SNAP_CM)
+            if RING:
+                tl.store(p_rawv + t * s_rawv_r + o_v, b_v[t].to(p_rawv.dtype.element_ty), mask=m_v)
+    else:
+        for t in tl.static_range(T):
+            b_S, b_o = _delta_step(
+                b_S, b_qs[t], b_ks[t], b_v[t].to(tl.float32), b_g[t], b_beta[t], K, KC
+            )
+            tl.store(p_o + t * s_o_n, tl.where(valid, b_o, 0.0).to(p_o.dtype.element_ty))
+            if SNAPSHOT:
+                p = _tile_ptrs(p_snap + t * s_snap_t, o_v, s_snap_v, K, KC)
+                tl.store(p, b_S, mask=_tile_rows(m_v, K, KC), cache_modifier=SNAP_CM)
+            if RING:
+                tl.store(p_rawv + t * s_rawv_r + o_v, b_v[t].to(p_rawv.dtype.element_ty), mask=m_v)
     return b_S
 
 
@@ -362,22 +435,29 @@ def num_warps_for(block_v, K):
 # before computes (fused_verify.KDA_VERIFY_PREFETCH; 53.71 vs 54.48 us). v11: the ring
 # modes at 16 < B <= 32 (fused+ring up to 48) in 64-row programs of two 32-row sub-tiles,
 # fused+ring with a register cap (MAXNREG_TABLE); unfused+ring at B=32: 21.50 -> 18.70 us.
+# v12: the ring modes at B > 16 in the projected form (PROJECT_TABLE) on 2 warps, key
+# chunks of 32: 64-row programs of two 32-row sub-tiles at B <= 32, 128-row programs of
+# four above, the sub-tile loop pipelined over 2 stages but unfused+ring's at B > 32. Two
+# warps of 255 registers make a 128-row program 64 threads, so four fit per SM: the 512
+# programs of B=64 are one wave. Cold us, B = 32 / 48 / 64: fused+ring 16.10 / 23.15 /
+# 26.71 -> 13.30 / 19.75 / 22.14; unfused+ring 18.64 / 27.10 / 28.83 -> 16.91 / 20.91 /
+# 23.01 (docs/perf/kda.md, v12).
 BLOCK_V_TABLE = {
     "fused": ((2, 4, 4, 2, 1), (8, 8, 8, 1, 1), (32, 32, 32, 4, 1), (None, 128, 32, 4, 1)),
     "fused+ring": (
         (2, 8, 8, 4, 1),
         (8, 8, 8, 1, 1),
         (16, 64, 64, 4, 1),
-        (48, 64, 32, 4, 1),
-        (None, 128, 64, 4, 1),
+        (32, 64, 32, 2, 2),
+        (None, 128, 32, 2, 2),
     ),  # fmt: skip
     "unfused": ((2, 4, 4, 1, 1), (8, 8, 8, 1, 1), (32, 16, 16, 2, 1), (None, 8, 8, 2, 1)),
     "unfused+ring": (
         (2, 4, 4, 1, 1),
         (8, 8, 8, 1, 1),
         (16, 64, 64, 4, 1),
-        (32, 64, 32, 4, 1),
-        (None, 128, 64, 4, 1),
+        (32, 64, 32, 2, 2),
+        (None, 128, 32, 2, 1),
     ),  # fmt: skip
 }
 # Register cap per thread (ptxas maxnreg) of the table's tiles, by mode and batch: rows
@@ -391,10 +471,12 @@ BLOCK_V_TABLE = {
 # three. Spills go to the L1-cached stack. Measured (docs/perf/kda.md, v11, cold us, B=24 /
 # 32 / 48): fused+ring with v10's table 14.54 / 20.40 / 25.01; 64/32 capped at 128 13.75 /
 # **16.41** / 24.93, at 168 **13.61** / 21.04 / **23.11**. B=16 and B=64 were slower with
-# every cap tried. (The recurrent kernel's 64/32 tile takes 128 registers uncapped.)
+# every cap tried. (The recurrent kernel's 64/32 tile takes 128 registers uncapped.) v12's
+# projected ring tiles (BLOCK_V_TABLE) beat those capped ones uncapped (B=32: 13.30 us,
+# B=48: 19.75), so no row caps a tile now; the mechanism stays for the next tuning.
 MAXNREG_TABLE = {
     "fused": ((None, None),),
-    "fused+ring": ((16, None), (32, 128), (48, 168), (None, None)),
+    "fused+ring": ((None, None),),
     "unfused": ((None, None),),
     "unfused+ring": ((None, None),),
 }
@@ -422,12 +504,13 @@ def _check_pow2_knob(name, value):
 # at B=64 (fused+ring 26.9 vs 29.8 for the best plain tile, fused 56.8 vs 58.0). 16-wide
 # chunks, and chunks at small batches, were slower: each lane then holds 16-32 values of
 # every per-step key vector (registers, and a shared-memory broadcast per step). The fused
-# kernel's 32-row tiles at B > 32 (v9) were timed with chunks of 64.
+# kernel's 32-row tiles at B > 32 (v9) were timed with chunks of 64. v12: the ring modes'
+# projected tiles at B > 16 take chunks of 32 (fused+ring B=64: 22.05 us, 23.77 with 64).
 KEY_CHUNK_TABLE = {
     "fused": ((32, None), (None, 64)),
-    "fused+ring": ((8, None), (16, 32), (32, None), (None, 64)),
+    "fused+ring": ((8, None), (None, 32)),
     "unfused": ((None, None),),
-    "unfused+ring": ((8, None), (16, 32), (32, None), (None, 64)),
+    "unfused+ring": ((8, None), (None, 32)),
 }
 # Forced key chunk width for both recurrence kernels, read at every call: None = the table;
 # a power of two >= 4 (clipped to K; K is the plain tile).
@@ -443,6 +526,35 @@ def key_chunk(mode, B, K):
     elif not isinstance(kc, int) or isinstance(kc, bool) or kc < 4 or kc & (kc - 1):
         raise ValueError(f"STATE_KEY_CHUNK must be None or a power of two >= 4, got {kc!r}")
     return min(kc, K)
+
+
+# Whether the recurrence kernels take the projected form of the T steps (`_projection`,
+# `_verify_steps`) by mode and batch, when the module's knob is None: rows (largest batch,
+# flag), first match wins. The ring modes need no state after the steps, so there it
+# replaces the per-step decays, row sums and rank-1 updates of the whole state tile by 2T
+# independent row sums of the initial state; the snapshot modes would still update and
+# store the state each step. Measured (docs/perf/kda.md, v12, cold us): on the table's
+# B > 16 ring tiles (64/32 and 128/32 on 2 warps, key chunks of 32) it is what makes them
+# fast (fused+ring B=64: 22.1 projected, 24.1 stepwise on a like tile, 26.7 v11's table);
+# at B <= 16 the stepwise form on its tiles stays faster (9.0 vs 9.8 us, B=16), and in the
+# snapshot modes it was slower at every batch (v7, v11).
+PROJECT_TABLE = {
+    "fused": ((None, False),),
+    "fused+ring": ((16, False), (None, True)),
+    "unfused": ((None, False),),
+    "unfused+ring": ((16, False), (None, True)),
+}
+
+
+def project_flag(mode, knob, name, needs_state, B):
+    """PROJECT kernel argument at batch B: the knob (None = PROJECT_TABLE's row), checked.
+    Never with `needs_state` (the final state is stored but no snapshot is: the projected
+    form without snapshots never forms it)."""
+    if knob is None:
+        knob = next(flag for b, flag in PROJECT_TABLE[mode] if b is None or B <= b)
+    elif not isinstance(knob, bool):
+        raise ValueError(f"{name} must be None or a bool, got {knob!r}")
+    return knob and not needs_state
 
 
 # Cache modifier of the snapshot stores (PTX st with it), read at every call: "" (the

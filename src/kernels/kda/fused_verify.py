@@ -39,6 +39,7 @@ from .common import (
     key_chunk,
     maxnreg_kwargs,
     pick_tile,
+    project_flag,
     save_args,
     snapshot_cache_modifier,
     table_maxnreg,
@@ -72,6 +73,9 @@ KDA_VERIFY_FIRST_AHEAD = True
 # docs/perf/kda.md v10), off elsewhere (the ring modes' 64-row sub-tiles spill when two are
 # live); a bool forces it.
 KDA_VERIFY_PREFETCH = None
+# Whether the steps take the projected form (common._projection), read at every call:
+# None = common.PROJECT_TABLE by mode and batch; a bool forces it.
+KDA_VERIFY_PROJECT = None
 
 
 @triton.jit
@@ -94,11 +98,11 @@ def _load_v_rows(p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_
 
 
 @triton.jit
-def _value_steps(b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_g, b_beta, valid, p_win, s_win_c,
+def _value_steps(b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_g, b_beta, b_pj, valid, p_win, s_win_c,
                  s_win_t, s_win_w, c_v, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
                  o_sv, T: tl.constexpr, W: tl.constexpr, K: tl.constexpr, KC: tl.constexpr,
                  SNAPSHOT: tl.constexpr, SNAP_CM: tl.constexpr,
-                 RING: tl.constexpr):  # fmt: skip
+                 RING: tl.constexpr, PROJECT: tl.constexpr):  # fmt: skip
     """One group of value rows: their conv outputs (rounded like the unfused kernel's) and
     windows, then the T delta steps with o and the saves."""
     b_v = ()
@@ -107,8 +111,8 @@ def _value_steps(b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_g, b_beta, valid, p_win, s
     m_sv = valid & (o_sv >= 0)
     _store_windows(p_win + c_v * s_win_c, s_win_t, s_win_w, b_xv, T, W, m_sv)
     _verify_steps(
-        b_S, b_qs, b_ks, b_v, b_g, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
-        s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, SNAP_CM, RING,
+        b_S, b_qs, b_ks, b_v, b_g, b_beta, b_pj, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
+        s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, SNAP_CM, RING, PROJECT,
     )  # fmt: skip
 
 
@@ -186,6 +190,7 @@ def _fused_verify_kernel(
     SNAPSHOT: tl.constexpr,
     SNAP_CM: tl.constexpr,
     RING: tl.constexpr,
+    PROJECT: tl.constexpr,
 ):
     i_n = tl.program_id(0)
     i_hv = tl.program_id(1)
@@ -260,13 +265,13 @@ def _fused_verify_kernel(
             p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0, s_h0_v,
             c_v0 + o_sv, o_sv, valid, T, W, K, KC, HAS_BIAS,
         )  # fmt: skip
-        b_g, b_beta, b_qs, b_ks = _step_inputs(
-            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
+        b_g, b_beta, b_qs, b_ks, b_pj = _step_inputs(
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, PROJECT
         )
         _value_steps(
-            b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_g, b_beta, valid, p_win, s_win_c, s_win_t,
+            b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_g, b_beta, b_pj, valid, p_win, s_win_c, s_win_t,
             s_win_w, c_v0 + o_sv, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
-            o_sv, T, W, K, KC, SNAPSHOT, SNAP_CM, RING,
+            o_sv, T, W, K, KC, SNAPSHOT, SNAP_CM, RING, PROJECT,
         )  # fmt: skip
         _store_windows(p_win + c_q * s_win_c, s_win_t, s_win_w, b_xq, T, W, m_k & own_k)
         _store_windows(p_win + c_k * s_win_c, s_win_t, s_win_w, b_xk, T, W, m_k & own_k)
@@ -287,8 +292,8 @@ def _fused_verify_kernel(
             )  # fmt: skip
         _store_windows(p_win + c_q * s_win_c, s_win_t, s_win_w, b_xq, T, W, m_k & own_k)
         _store_windows(p_win + c_k * s_win_c, s_win_t, s_win_w, b_xk, T, W, m_k & own_k)
-        b_g, b_beta, b_qs, b_ks = _step_inputs(
-            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
+        b_g, b_beta, b_qs, b_ks, b_pj = _step_inputs(
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, PROJECT
         )
         if RING:
             _store_ring_shared(
@@ -310,19 +315,19 @@ def _fused_verify_kernel(
                         s_h0_v, c_v0 + o_nxt, o_nxt, valid, T, W, K, KC, HAS_BIAS,
                     )  # fmt: skip
                 _value_steps(
-                    b_cur[0], b_cur[1], b_cur[2], b_cur[3], b_qs, b_ks, b_g, b_beta, valid,
+                    b_cur[0], b_cur[1], b_cur[2], b_cur[3], b_qs, b_ks, b_g, b_beta, b_pj, valid,
                     p_win, s_win_c, s_win_t, s_win_w, c_v0 + o_cur, p_o, s_o_n, p_snap,
                     s_snap_t, s_snap_v, p_rawv, s_rawv_r, o_cur, T, W, K, KC, SNAPSHOT, SNAP_CM,
-                    RING,
+                    RING, PROJECT,
                 )  # fmt: skip
                 if i_s + 1 < NSUB:
                     b_cur = b_nxt
                     o_cur = o_nxt
         elif FIRST_AHEAD:
             _value_steps(
-                b_xv0, b_wv0, b_bv0, b_S0, b_qs, b_ks, b_g, b_beta, valid, p_win, s_win_c,
+                b_xv0, b_wv0, b_bv0, b_S0, b_qs, b_ks, b_g, b_beta, b_pj, valid, p_win, s_win_c,
                 s_win_t, s_win_w, c_v0 + o_sv0, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv,
-                s_rawv_r, o_sv0, T, W, K, KC, SNAPSHOT, SNAP_CM, RING,
+                s_rawv_r, o_sv0, T, W, K, KC, SNAPSHOT, SNAP_CM, RING, PROJECT,
             )  # fmt: skip
         for i_s in tl.range(
             BLOCK_V // SUB_V if PREFETCH else (1 if FIRST_AHEAD else 0),
@@ -335,9 +340,9 @@ def _fused_verify_kernel(
                 c_v0 + o_sv, o_sv, valid, T, W, K, KC, HAS_BIAS,
             )  # fmt: skip
             _value_steps(
-                b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_g, b_beta, valid, p_win, s_win_c, s_win_t,
+                b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_g, b_beta, b_pj, valid, p_win, s_win_c, s_win_t,
                 s_win_w, c_v0 + o_sv, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
-                o_sv, T, W, K, KC, SNAPSHOT, SNAP_CM, RING,
+                o_sv, T, W, K, KC, SNAPSHOT, SNAP_CM, RING, PROJECT,
             )  # fmt: skip
 
 
@@ -509,6 +514,7 @@ def fused_kda_conv_gating_verify(
         SNAPSHOT=intermediate_states_buffer is not None,
         SNAP_CM=snapshot_cache_modifier(),
         RING=bool(cache_ring),
+        PROJECT=project_flag(mode, KDA_VERIFY_PROJECT, "KDA_VERIFY_PROJECT", False, B),
         num_warps=num_warps,
         **maxnreg_kwargs("KDA_VERIFY_MAXNREG", KDA_VERIFY_MAXNREG, table_maxnreg(mode, knobs, B)),
     )  # fmt: skip

@@ -30,6 +30,7 @@ from .common import (
     key_chunk,
     maxnreg_kwargs,
     pick_tile,
+    project_flag,
     save_args,
     snapshot_cache_modifier,
     table_maxnreg,
@@ -45,6 +46,10 @@ RECURRENT_STAGES = None
 # Register cap per thread (ptxas maxnreg) of the kernel, read at every call: None = the
 # table's cap for the mode and batch (common.MAXNREG_TABLE; none for most), an int forces it.
 RECURRENT_MAXNREG = None
+# Whether the steps take the projected form (common._projection), read at every call:
+# None = common.PROJECT_TABLE by mode and batch; a bool forces it (never used when the final
+# state is stored without snapshots).
+RECURRENT_PROJECT = None
 
 
 @triton.jit
@@ -110,6 +115,7 @@ def _recurrent_verify_kernel(
     RING: tl.constexpr,
     STORE_FINAL: tl.constexpr,
     KC: tl.constexpr,
+    PROJECT: tl.constexpr,
 ):
     i_n = tl.program_id(0)
     i_hv = tl.program_id(1)
@@ -148,18 +154,19 @@ def _recurrent_verify_kernel(
         m_S = _tile_rows(valid & (o_sv >= 0), K, KC)
         b_v = _load_rows(p_v + o_sv, s_v_n, T, None)
         b_S = tl.load(p_S, mask=m_S, other=0.0)
-        b_g, b_beta, b_qs, b_ks = _step_inputs(
-            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
+        b_g, b_beta, b_qs, b_ks, b_pj = _step_inputs(
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, PROJECT
         )
         b_S = _verify_steps(
-            b_S, b_qs, b_ks, b_v, b_g, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
-            s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, SNAP_CM, RING,
+            b_S, b_qs, b_ks, b_v, b_g, b_beta, b_pj, valid, p_o + o_sv, s_o_n, p_snap,
+            s_snap_t, s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, SNAP_CM, RING,
+            PROJECT,
         )  # fmt: skip
         if STORE_FINAL:
             tl.store(p_S, b_S, mask=m_S)
     else:
-        b_g, b_beta, b_qs, b_ks = _step_inputs(
-            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE
+        b_g, b_beta, b_qs, b_ks, b_pj = _step_inputs(
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, PROJECT
         )
         for i_s in tl.range(0, BLOCK_V // SUB_V, num_stages=STAGES):
             o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
@@ -168,8 +175,9 @@ def _recurrent_verify_kernel(
             b_v = _load_rows(p_v + o_sv, s_v_n, T, None)
             b_S = tl.load(p_S, mask=m_S, other=0.0)
             b_S = _verify_steps(
-                b_S, b_qs, b_ks, b_v, b_g, b_beta, valid, p_o + o_sv, s_o_n, p_snap, s_snap_t,
-                s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, SNAP_CM, RING,
+                b_S, b_qs, b_ks, b_v, b_g, b_beta, b_pj, valid, p_o + o_sv, s_o_n, p_snap,
+                s_snap_t, s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, SNAP_CM, RING,
+                PROJECT,
             )  # fmt: skip
             if STORE_FINAL:
                 tl.store(p_S, b_S, mask=m_S)
@@ -350,6 +358,13 @@ def fused_sigmoid_gating_delta_rule_update(
         RING=bool(cache_ring),
         STORE_FINAL=not disable_state_update,
         KC=kc,
+        PROJECT=project_flag(
+            mode,
+            RECURRENT_PROJECT,
+            "RECURRENT_PROJECT",
+            not disable_state_update and intermediate_states_buffer is None,
+            B,
+        ),
         num_warps=num_warps,
         **maxnreg_kwargs("RECURRENT_MAXNREG", RECURRENT_MAXNREG, table_maxnreg(mode, knobs, B)),
     )  # fmt: skip
