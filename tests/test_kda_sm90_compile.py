@@ -38,11 +38,18 @@ def _run(*args):
         (["--block-v", "128", "--sub-v", "64", "--warps", "4", "--key-chunk", "64"], 4),
         (["--modes", "fused", "--block-v", "128", "--sub-v", "32", "--warps", "4",
           "--key-chunk", "64", "--prefetch"], 1),
+        # The ring modes' projected one-piece tiles at 2 < B <= 8: 16 and 32 rows on 2
+        # warps with key chunks of 32; the recurrent kernel's 4 rows on 1 warp, plain.
+        (["--modes", "fused+ring", "unfused+ring", "--block-v", "16", "32", "--warps", "2",
+          "--key-chunk", "32", "--project", "on"], 4),
+        (["--modes", "unfused+ring", "--block-v", "4", "--warps", "1", "--key-chunk", "128",
+          "--project", "on"], 1),
         # The plain [rows, K] state tile (no key chunks), one piece.
         (["--modes", "fused", "unfused+ring", "--block-v", "4", "64", "--warps", "4",
           "--key-chunk", "128"], 4),
     ],
-    ids=["small-tiles", "wide-tiles", "fused-wide-batch-tile", "plain-tile"],
+    ids=["small-tiles", "wide-tiles", "fused-wide-batch-tile", "projected-small-tiles",
+         "projected-4-row-tile", "plain-tile"],
 )  # fmt: skip
 def test_kernels_compile_for_sm90_without_spills(args, n_rows):
     r = _run(*args)

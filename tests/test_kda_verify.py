@@ -346,7 +346,7 @@ def test_tile_table_and_knobs(monkeypatch):
             assert common.key_chunk(mode, B, 128) == (kc or 128)
             assert common.key_chunk(mode, B, 16) == min(kc or 128, 16)
     assert common.key_chunk("unfused+ring", 16, 128) == 32
-    assert common.key_chunk("unfused+ring", 8, 128) == 128
+    assert common.key_chunk("unfused+ring", 4, 128) == 128
     monkeypatch.setattr(common, "STATE_KEY_CHUNK", 8)
     assert common.key_chunk("fused", 1, 128) == 8 and common.key_chunk("fused", 1, 4) == 4
     for mode, rows in common.BLOCK_V_TABLE.items():
@@ -515,6 +515,8 @@ def test_project_knob(cpu_dtype, device, monkeypatch):
     assert common.project_flag("unfused", None, "X", False, 64) is False
     assert common.project_flag("fused+ring", None, "X", False, 64) is True
     assert common.project_flag("fused+ring", None, "X", False, 16) is False
+    assert common.project_flag("fused+ring", None, "X", False, 4) is True
+    assert common.project_flag("unfused+ring", None, "X", False, 2) is False
     assert common.project_flag("unfused+ring", None, "X", False, 17) is True
     for mode, rows in common.PROJECT_TABLE.items():
         assert rows[-1][0] is None

@@ -441,12 +441,16 @@ def num_warps_for(block_v, K):
 # warps of 255 registers make a 128-row program 64 threads, so four fit per SM: the 512
 # programs of B=64 are one wave. Cold us, B = 32 / 48 / 64: fused+ring 16.10 / 23.15 /
 # 26.71 -> 13.30 / 19.75 / 22.14; unfused+ring 18.64 / 27.10 / 28.83 -> 16.91 / 20.91 /
-# 23.01 (docs/perf/kda.md, v12).
+# 23.01 (docs/perf/kda.md, v12). At 2 < B <= 8 the ring modes take the projected form too,
+# on one-piece tiles of 16-32 rows on 2 warps (the recurrent kernel's 4-row tile on 1 warp
+# at B <= 4): the stepwise tiles there had fused+ring slower than unfused+ring (B=4: 9.27
+# vs 8.89 us, B=8: 10.37 vs 9.88); now B=4 6.81 / 7.85, B=8 7.88 / 9.27.
 BLOCK_V_TABLE = {
     "fused": ((2, 4, 4, 2, 1), (8, 8, 8, 1, 1), (32, 32, 32, 4, 1), (None, 128, 32, 4, 1)),
     "fused+ring": (
         (2, 8, 8, 4, 1),
-        (8, 8, 8, 1, 1),
+        (4, 16, 16, 2, 1),
+        (8, 32, 32, 2, 1),
         (16, 64, 64, 4, 1),
         (32, 64, 32, 2, 2),
         (None, 128, 32, 2, 2),
@@ -454,7 +458,8 @@ BLOCK_V_TABLE = {
     "unfused": ((2, 4, 4, 1, 1), (8, 8, 8, 1, 1), (32, 16, 16, 2, 1), (None, 8, 8, 2, 1)),
     "unfused+ring": (
         (2, 4, 4, 1, 1),
-        (8, 8, 8, 1, 1),
+        (4, 4, 4, 1, 1),
+        (8, 16, 16, 2, 1),
         (16, 64, 64, 4, 1),
         (32, 64, 32, 2, 2),
         (None, 128, 32, 2, 1),
@@ -508,9 +513,9 @@ def _check_pow2_knob(name, value):
 # projected tiles at B > 16 take chunks of 32 (fused+ring B=64: 22.05 us, 23.77 with 64).
 KEY_CHUNK_TABLE = {
     "fused": ((32, None), (None, 64)),
-    "fused+ring": ((8, None), (None, 32)),
+    "fused+ring": ((2, None), (None, 32)),
     "unfused": ((None, None),),
-    "unfused+ring": ((8, None), (None, 32)),
+    "unfused+ring": ((4, None), (None, 32)),
 }
 # Forced key chunk width for both recurrence kernels, read at every call: None = the table;
 # a power of two >= 4 (clipped to K; K is the plain tile).
@@ -536,13 +541,14 @@ def key_chunk(mode, B, K):
 # store the state each step. Measured (docs/perf/kda.md, v12, cold us): on the table's
 # B > 16 ring tiles (64/32 and 128/32 on 2 warps, key chunks of 32) it is what makes them
 # fast (fused+ring B=64: 22.1 projected, 24.1 stepwise on a like tile, 26.7 v11's table);
-# at B <= 16 the stepwise form on its tiles stays faster (9.0 vs 9.8 us, B=16), and in the
-# snapshot modes it was slower at every batch (v7, v11).
+# so it does at 2 < B <= 8 on small 2-warp tiles (fused+ring B=4: 6.81 vs 9.27). At B <= 2
+# and 8 < B <= 16 the stepwise form on its tiles stays faster (B=1: 5.39 vs 6.21 at best,
+# B=16: 9.0 vs 9.8), and in the snapshot modes it was slower at every batch (v7, v11).
 PROJECT_TABLE = {
     "fused": ((None, False),),
-    "fused+ring": ((16, False), (None, True)),
+    "fused+ring": ((2, False), (8, True), (16, False), (None, True)),
     "unfused": ((None, False),),
-    "unfused+ring": ((16, False), (None, True)),
+    "unfused+ring": ((2, False), (8, True), (16, False), (None, True)),
 }
 
 
