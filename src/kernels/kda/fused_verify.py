@@ -53,7 +53,7 @@ KDA_VERIFY_SUB_V = None
 KDA_VERIFY_NUM_WARPS = None
 KDA_VERIFY_STAGES = None
 # Register cap per thread (ptxas maxnreg) of the kernel, read at every call: None = the
-# table's cap for the mode and batch (common.MAXNREG_TABLE; none for most), an int forces it.
+# table's cap for the mode and batch (common.MAXNREG_TABLE; none now), an int forces it.
 KDA_VERIFY_MAXNREG = None
 # Order of a one-piece tile's work (see the kernel, step 4): None = state first for
 # batches up to STATE_FIRST_MAX_B (measured better at B=1, worse at B=16 and 64 by asv,

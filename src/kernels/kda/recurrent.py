@@ -44,7 +44,7 @@ RECURRENT_SUB_V = None
 RECURRENT_NUM_WARPS = None
 RECURRENT_STAGES = None
 # Register cap per thread (ptxas maxnreg) of the kernel, read at every call: None = the
-# table's cap for the mode and batch (common.MAXNREG_TABLE; none for most), an int forces it.
+# table's cap for the mode and batch (common.MAXNREG_TABLE; none now), an int forces it.
 RECURRENT_MAXNREG = None
 # Whether the steps take the projected form (common._projection), read at every call:
 # None = common.PROJECT_TABLE by mode and batch; a bool forces it (never used when the final
