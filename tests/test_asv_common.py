@@ -30,6 +30,8 @@ print(json.dumps({
     "presets": nsa.NsaForward.params[2],
     "batch": kda.KdaVerify.params[0], "heads": kda.KdaVerify.params[3],
     "mib": [kda.verify_bytes(1, 8, 8, m) / 2**20 for m in ("fused", "fused+ring")],
+    "cold": [[B, m, kda.cold_set_count(B, 8, 8, m, 60 * 2**20), kda.verify_bytes(B, 8, 8, m)]
+             for B in (1, 2, 4, 16, 64) for m in ("fused", "fused+ring")],
     "cuda_initialized": torch.cuda.is_initialized(),
 }))
 """
@@ -63,6 +65,17 @@ def test_gpu_grids_default_and_nightly():
     assert nightly["impl"] == ["triton", "reference"] and nightly["processes"] == 1150
     # The KDA spec's bytes per sequence at the seed's shape: 2.64 MiB (snapshots), 0.66 (ring).
     assert default["mib"] == pytest.approx([2.64, 0.66], rel=0.01)
+    # Cold sets: whole graphs of 10 calls, and enough of them that the other sets' calls touch
+    # 3x a 60 MiB L2 before a set comes round again (not counting the snapshot stores); 10
+    # sets were too few below B = 16.
+    n_cold = {}
+    for B, mode, n, nbytes in default["cold"]:
+        if mode == "fused":
+            nbytes -= B * 4 * 8 * 128 * 128 * 4  # T snapshots of the fp32 state
+        assert n % 10 == 0 and 10 <= n <= 400
+        assert (n - 1) * nbytes >= 3 * 60 * 2**20 or n == 10 and 9 * nbytes >= 3 * 60 * 2**20
+        n_cold[B, mode] = n
+    assert n_cold[1, "fused+ring"] == 280 and n_cold[64, "fused+ring"] == 10
     # Smoke parameter values never occur on a GPU.
     assert not set(probe(ATTNBENCH_SMOKE="1")["seq_len"]) & set(nightly["seq_len"])
 
