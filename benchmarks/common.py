@@ -209,7 +209,7 @@ def metric(unit):
     return decorate
 
 
-def per_call_seconds(fns, calls, graph=True, samples=SAMPLES, per_graph=None):
+def per_call_seconds(fns, calls, graph=True, samples=SAMPLES):
     """Per-call time samples (seconds) of `calls` consecutive calls, as a list of `samples`.
 
     `fns` is a list of zero-argument callables; call i runs fns[i % len(fns)] (one callable
@@ -217,11 +217,10 @@ def per_call_seconds(fns, calls, graph=True, samples=SAMPLES, per_graph=None):
     buffer sets). Warm-up calls (JIT compile, autotune, allocator) come first and are not
     timed.
 
-    GPU: the calls are captured in CUDA graphs of `per_graph` consecutive calls each (None:
-    all `calls` in one graph; graph=False: plain back-to-back launches, for code that
-    cannot be captured, such as autograd), replayed in order, as many rounds as make one
-    sample cover about SAMPLE_SECONDS of device time, between two CUDA events. Each sample
-    is the elapsed time divided by the number of calls it covers.
+    GPU: the calls are captured in one CUDA graph (graph=False: plain back-to-back
+    launches, for code that cannot be captured, such as autograd) and replayed enough times
+    that one sample covers about SAMPLE_SECONDS of device time, between two CUDA events.
+    Each sample is the elapsed time divided by the number of calls it covers.
     Smoke: the same schedule timed with the host clock.
     """
     seq = [fns[i % len(fns)] for i in range(calls)]
@@ -238,18 +237,10 @@ def per_call_seconds(fns, calls, graph=True, samples=SAMPLES, per_graph=None):
     torch.cuda.synchronize()
     run = run_all
     if graph:
-        size = per_graph or calls
-        graphs = []
-        for i0 in range(0, calls, size):
-            graphs.append(torch.cuda.CUDAGraph())
-            with torch.cuda.graph(graphs[-1]):
-                for f in seq[i0 : i0 + size]:
-                    f()
-
-        def run():
-            for g in graphs:
-                g.replay()
-
+        cuda_graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(cuda_graph):
+            run_all()
+        run = cuda_graph.replay
     return _event_samples(run, calls, samples)
 
 

@@ -2,13 +2,17 @@
 
 Modes (see the KDA spec): `unfused` (causal_conv1d_update, then the recurrent kernel, with
 per-step state snapshots), `unfused+ring` (same kernels, replay ring), `fused` and
-`fused+ring` (one kernel). Each sample is the per-call time of CUDA graphs of 10 captured
-calls, in two variants: seed-style (the same buffers every call, so at large batch the
-working set can sit in L2) and cold (speed targets are stated on this one): the calls rotate
-over enough disjoint buffer sets that no call finds its state in L2. Between two uses of a
-set, the calls on the other sets touch three times the L2's bytes (`cold_set_count`); the
-sets' calls are captured ten to a graph and the graphs replayed in turn. Ten sets would not
-do below B = 16: at B = 1 ten sets touch about 7 MB, which stays in the H200's 60 MB L2.
+`fused+ring` (one kernel). Each sample is a per-call time from CUDA-graph replays, in two
+variants: seed-style (a graph of 10 calls on the same buffers, so at large batch the working
+set can sit in L2) and cold (speed targets are stated on this one): the calls rotate over
+enough disjoint buffer sets that no call finds its state in L2, one call per set, all
+captured in one graph. Between two uses of a set, the calls on the other sets touch three
+times the L2's bytes (`cold_set_count`: 280 sets at B = 1, 10 at B = 64); ten sets would not
+do below B = 16 (at B = 1 they touch about 7 MB, which stays in the H200's 60 MB L2). One
+graph rather than graphs of ten: on cold buffers each graph boundary cost about 14 us on
+the H200 (B = 1: 7.1 us per call in graphs of 10, 5.8 in graphs of 40, 5.7 in one graph;
+docs/perf/kda.md, "Cold timing"), a cost of graph launches, not of the kernels, and a
+decode step's graph holds every layer's call anyway.
 
 Before timing, each process checks its mode's output against the PyTorch reference on a
 small batch and, for ring modes, that fused+ring and unfused+ring fill the ring with the
@@ -200,9 +204,7 @@ class _Verify:
         batch, H, HV, mode, _ = self.case
         n = 2 if SMOKE else cold_set_count(batch, H, HV, mode, l2_bytes())
         fns = [self.call(seed=1 + i) for i in range(n)]
-        return per_call_seconds(
-            fns, calls=max(GRAPH_CALLS, n), samples=samples, per_graph=GRAPH_CALLS
-        )  # fmt: skip
+        return per_call_seconds(fns, calls=max(GRAPH_CALLS, n), samples=samples)
 
 
 def l2_bytes():
@@ -211,7 +213,7 @@ def l2_bytes():
 
 
 def cold_set_count(B, H, HV, mode, l2):
-    """Buffer sets the cold variant rotates over, in whole graphs of GRAPH_CALLS calls: enough
+    """Buffer sets the cold variant rotates over, a multiple of GRAPH_CALLS: enough
     that the calls between two uses of one set touch COLD_L2_FACTOR times the L2's `l2`
     bytes (at most MAX_COLD_SETS). A call's bytes are `verify_bytes` less the snapshot
     stores, which are streamed and never read back, so they are not counted on to evict

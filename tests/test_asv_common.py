@@ -65,7 +65,7 @@ def test_gpu_grids_default_and_nightly():
     assert nightly["impl"] == ["triton", "reference"] and nightly["processes"] == 1150
     # The KDA spec's bytes per sequence at the seed's shape: 2.64 MiB (snapshots), 0.66 (ring).
     assert default["mib"] == pytest.approx([2.64, 0.66], rel=0.01)
-    # Cold sets: whole graphs of 10 calls, and enough of them that the other sets' calls touch
+    # Cold sets: a multiple of 10, and enough of them that the other sets' calls touch
     # 3x a 60 MiB L2 before a set comes round again (not counting the snapshot stores); 10
     # sets were too few below B = 16.
     n_cold = {}
