@@ -444,9 +444,18 @@ def num_warps_for(block_v, K):
 # 23.01 (docs/perf/kda.md, v12). At 2 < B <= 8 the ring modes take the projected form too,
 # on one-piece tiles of 16-32 rows on 2 warps (the recurrent kernel's 4-row tile on 1 warp
 # at B <= 4): the stepwise tiles there had fused+ring slower than unfused+ring (B=4: 9.27
-# vs 8.89 us, B=8: 10.37 vs 9.88); now B=4 6.81 / 7.85, B=8 7.88 / 9.27.
+# vs 8.89 us, B=8: 10.37 vs 9.88); now B=4 6.81 / 7.85, B=8 7.88 / 9.27. v13 (truly cold
+# timing, every buffer set out of L2): the fused kernel's 8-row tiles at 2 < B <= 8 were
+# slower than the recurrent kernel's alike (B=8: 11.22 vs 11.40 us, asv 11.78 vs 11.68);
+# 16-row tiles, on 4 warps at B <= 4 and 2 warps above, take 7.52 (B=4) and 10.39 (B=8).
 BLOCK_V_TABLE = {
-    "fused": ((2, 4, 4, 2, 1), (8, 8, 8, 1, 1), (32, 32, 32, 4, 1), (None, 128, 32, 4, 1)),
+    "fused": (
+        (2, 4, 4, 2, 1),
+        (4, 16, 16, 4, 1),
+        (8, 16, 16, 2, 1),
+        (32, 32, 32, 4, 1),
+        (None, 128, 32, 4, 1),
+    ),  # fmt: skip
     "fused+ring": (
         (2, 8, 8, 4, 1),
         (4, 16, 16, 2, 1),

@@ -56,10 +56,12 @@ KDA_VERIFY_STAGES = None
 # table's cap for the mode and batch (common.MAXNREG_TABLE; none now), an int forces it.
 KDA_VERIFY_MAXNREG = None
 # Order of a one-piece tile's work (see the kernel, step 4): None = state first for
-# batches up to STATE_FIRST_MAX_B (measured better at B=1, worse at B=16 and 64 by asv,
-# docs/perf/kda.md v5); a bool forces it.
+# batches up to STATE_FIRST_MAX_B; a bool forces it. v5 measured state first better at B=1
+# (worse at B=16 and 64), but on a timing whose ten buffer sets stayed in L2 at small
+# batches; truly cold (v13), the other order was faster at B = 1, 2 and 8 (fused+ring B=1:
+# 5.05 vs 5.41 us, B=2: 5.61 vs 6.32; fused B=2: 6.04 vs 6.29), so no batch takes it now.
 KDA_VERIFY_STATE_FIRST = None
-STATE_FIRST_MAX_B = 8
+STATE_FIRST_MAX_B = 0
 # Otherwise, whether the first sub-tile's loads go out ahead of the q/k stores (see the
 # kernel, step 4), read at every call. Measured on the H200 (docs/perf/kda.md, v9; cold
 # us, one process, interleaved): fused 15.50 -> 14.33 and fused+ring 10.11 -> 9.28 at
