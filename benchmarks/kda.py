@@ -11,7 +11,7 @@ times the L2's bytes (`cold_set_count`: 280 sets at B = 1, 10 at B = 64); ten se
 do below B = 16 (at B = 1 they touch about 7 MB, which stays in the H200's 60 MB L2). One
 graph rather than graphs of ten: on cold buffers each graph boundary cost about 14 us on
 the H200 (B = 1: 7.1 us per call in graphs of 10, 5.8 in graphs of 40, 5.7 in one graph;
-docs/perf/kda.md, "Cold timing"), a cost of graph launches, not of the kernels, and a
+docs/perf/kda.md, v13), a cost of graph launches, not of the kernels, and a
 decode step's graph holds every layer's call anyway.
 
 Before timing, each process checks its mode's output against the PyTorch reference on a
