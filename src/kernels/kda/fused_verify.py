@@ -58,8 +58,9 @@ KDA_VERIFY_MAXNREG = None
 # Order of a one-piece tile's work (see the kernel, step 4): None = state first for
 # batches up to STATE_FIRST_MAX_B; a bool forces it. v5 measured state first better at B=1
 # (worse at B=16 and 64), but on a timing whose ten buffer sets stayed in L2 at small
-# batches; truly cold (v13), the other order was faster at B = 1, 2 and 8 (fused+ring B=1:
-# 5.05 vs 5.41 us, B=2: 5.61 vs 6.32; fused B=2: 6.04 vs 6.29), so no batch takes it now.
+# batches; truly cold (v13), the other order was faster on the table's tiles at B = 1, 2
+# and 4 (fused B=1: 5.04 vs 5.62 us, B=4: 7.15 vs 7.58; fused+ring B=1: 5.08 vs 5.84, B=2:
+# 5.61 vs 6.32), so no batch takes it now.
 KDA_VERIFY_STATE_FIRST = None
 STATE_FIRST_MAX_B = 0
 # Otherwise, whether the first sub-tile's loads go out ahead of the q/k stores (see the
