@@ -245,8 +245,9 @@ def _fused_verify_kernel(
     # wrapper). STATE_FIRST (one-piece tiles only): the tile's loads (value channels' inputs,
     # state rows; zeros for a padded sequence, whose results are never stored) go out
     # before the per-step gate, beta and norms are computed, whose reductions would hold
-    # them back; the q/k windows and shared ring entries are stored last. This shortens one
-    # program's chain, which is what counts when the GPU is far from full (B=1). Otherwise:
+    # them back; the q/k windows and shared ring entries are stored last. Meant to shorten
+    # one program's chain when the GPU is far from full; slower than the other order once
+    # timed with the state truly out of L2, so off by default (docs/perf/kda.md, v13). Otherwise:
     # windows, per-step inputs and shared ring entries first, then a loop that loads,
     # computes and saves one sub-tile at a time, which measured faster once the GPU is full;
     # with FIRST_AHEAD the first sub-tile's loads are issued before those stores (its state
