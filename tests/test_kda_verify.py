@@ -496,6 +496,35 @@ def test_projected_form_vs_reference(mode, project, cpu_dtype, device, monkeypat
         run_and_check(mode, 3, T, 1, 2, 32, 16, cpu_dtype, device, lb, pad=1, seed=19)
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("norm_row", [False, True])
+def test_norm_row_vs_reference(mode, norm_row, cpu_dtype, device, monkeypatch):
+    """Both ways of summing the q/k norms (common.NORM_ROW) in every mode, against the
+    reference: T = 4 (o stored in one group of four steps) and T = 7 (a group and three
+    single steps), one-piece and sub-tiled tiles, a padded sequence."""
+    monkeypatch.setattr(common, "NORM_ROW", norm_row)
+    for T, lb, tile in ((4, None, (16, None, None, None)), (7, -5.0, (16, 8, None, None))):
+        _set_tile(monkeypatch, *tile)
+        run_and_check(mode, 3, T, 1, 2, 32, 16, cpu_dtype, device, lb, pad=1, seed=29)
+
+
+def test_norm_row_knob(cpu_dtype, device, monkeypatch):
+    """The table's choice per mode and batch, and a bad NORM_ROW refused (naming it)
+    before anything is written."""
+    assert common.norm_row_flag("fused", 2) is True
+    assert common.norm_row_flag("fused", 3) is False
+    assert common.norm_row_flag("unfused", 8) is False
+    assert common.norm_row_flag("unfused", 9) is True
+    for mode, rows in common.NORM_ROW_TABLE.items():
+        assert rows[-1][0] is None, mode
+    monkeypatch.setattr(common, "NORM_ROW", 1)
+    for mode in ("fused", "unfused+ring"):
+        inp = make_inputs(2, 3, 1, 2, 16, 16, cpu_dtype, device, seed=31)
+        with pytest.raises(ValueError, match="NORM_ROW"):
+            make_runner(mode, inp, 2, 3, 1, 2, 16, 16)()
+        assert all(bool(inp[n].isnan().all()) for n in ("inter_ssm", "rawv", "rawk", "g", "beta"))
+
+
 def test_project_knob(cpu_dtype, device, monkeypatch):
     """A bad projection knob is refused, naming it, before anything is written; the final
     state of an ordinary decode call never takes the projected form (it would not form
@@ -662,3 +691,18 @@ def test_gpu_bf16_key_chunks(kc, monkeypatch):
     for mode in MODES:
         run_and_check(mode, 4, T, H, HV, K, V, torch.bfloat16, "cuda", -5.0, pad=0)
     _assert_gpu_ring_bytes_equal(4, T, H, HV, K, V, None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("norm_row", [False, True])
+def test_gpu_bf16_norm_row(norm_row, monkeypatch):
+    """Both ways of summing the q/k norms (common.NORM_ROW) in bf16 at the seed's shape:
+    every mode against the reference at B = 2 (the fused kernels' 2-warp tile) and B = 16
+    (the recurrent kernel's) with a padded sequence, ring bytes equal between the fused
+    and unfused kernels."""
+    T, H, HV, K, V = 4, 8, 8, 128, 128
+    monkeypatch.setattr(common, "NORM_ROW", norm_row)
+    for B in (2, 16):
+        for mode in MODES:
+            run_and_check(mode, B, T, H, HV, K, V, torch.bfloat16, "cuda", -5.0, pad=0)
+        _assert_gpu_ring_bytes_equal(B, T, H, HV, K, V, None)

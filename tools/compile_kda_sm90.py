@@ -2,12 +2,13 @@
 
     .venv/bin/python tools/compile_kda_sm90.py [--modes fused ...] [--block-v 4 16] [--warps 1 4]
         [--sub-v 0 32] [--stages 1 2] [--state-first auto on off] [--key-chunk 16]
-        [--maxnreg 168] [--prefetch] [--project auto]
+        [--maxnreg 168] [--prefetch] [--project auto] [--norm-row auto] [--sass]
         (sub-v 0: the whole BLOCK_V in one piece; state-first: the fused kernel's work order;
         key-chunk: common.STATE_KEY_CHUNK, the key chunk width of the state tiles;
         maxnreg: the register cap of both recurrence kernels; prefetch: the fused kernel's
         double-buffered sub-tile loop; project: both kernels' PROJECT knobs, auto = the
-        table's)
+        table's; norm-row: common.NORM_ROW, auto = the table's; sass: also count the SASS
+        instructions, barriers, lane shuffles and special-function ops of each kernel)
 
 Every call goes through the public wrappers with CPU tensors (bf16 inputs, the seed's
 shape), as the benchmark calls them; a stand-in driver reports an sm_90 target, and each
@@ -20,6 +21,7 @@ one on the GPU.
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -96,6 +98,21 @@ def resources(compiled):
     }
 
 
+def sass_counts(compiled):
+    """Instruction counts of a compiled kernel's SASS (cuobjdump -sass): all, BAR (barriers),
+    SHFL (lane shuffles), MUFU (special-function ops)."""
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        text = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
+    ops = re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", text, re.M)
+    count = {"SASS": len(ops)}
+    for key in ("BAR", "SHFL", "MUFU"):
+        count[key] = sum(op.startswith(key) for op in ops)
+    return count
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument(
@@ -113,6 +130,8 @@ def main():
     ap.add_argument("--maxnreg", type=int, default=None, help="register cap of both kernels")
     ap.add_argument("--prefetch", action="store_true", help="fused_verify.KDA_VERIFY_PREFETCH")
     ap.add_argument("--project", default="auto", choices=["auto", "on", "off"])
+    ap.add_argument("--sass", action="store_true", help="also count SASS, BAR, SHFL, MUFU")
+    ap.add_argument("--norm-row", default="auto", choices=["auto", "on", "off"])
     args = ap.parse_args()
 
     triton.runtime.driver.set_active(_Sm90Driver())
@@ -133,6 +152,7 @@ def main():
     fused_mod.KDA_VERIFY_PREFETCH = args.prefetch
     project = {"auto": None, "on": True, "off": False}[args.project]
     fused_mod.KDA_VERIFY_PROJECT = rec_mod.RECURRENT_PROJECT = project
+    common.NORM_ROW = {"auto": None, "on": True, "off": False}[args.norm_row]
     compiled = []
     for mod, name in (
         (fused_mod, "_fused_verify_kernel"),
@@ -175,11 +195,15 @@ def main():
                     continue  # the conv kernel does not depend on the tile
                 r = resources(ck)
                 took = f"{time.time() - t0:.1f}"
+                extra = ""
+                if args.sass:
+                    extra = "  " + " ".join(f"{k}={v}" for k, v in sass_counts(ck).items())
                 print(
                     fmt.format(
                         mode, bv, sub or bv, st, warps, order, kname, r["REG"], r.get("STACK", 0),
                         r["LOCAL"], r["SHARED"], took,
                     )
+                    + extra
                 )  # fmt: skip
                 n_spill += r["LOCAL"] > 0 or r.get("STACK", 0) > 0
     print(f"{n_err} compile errors, {n_spill} kernels with spills (local memory or a stack frame)")

@@ -80,8 +80,18 @@ def _gate_beta(b_a, b_dt_bias, b_A_log, b_b, lower_bound, SAFE_GATE: tl.constexp
 
 
 @triton.jit
-def _l2norm(b_x, eps):
-    """x / sqrt(|x|^2 + eps) over the whole (single) axis, fp32."""
+def _l2norm(b_x, eps, NORM_ROW: tl.constexpr):
+    """x / sqrt(|x|^2 + eps) over the whole (single) axis, fp32.
+
+    NORM_ROW takes the sum over x as a [1, K] row. Same value; what changes is where Triton
+    reduces: a [K] vector is spread over all the program's warps, so its sum ends in a
+    round trip through shared memory with three barriers; on 2-warp programs of plain
+    state tiles the row form lands in a layout that every warp holds whole (the state
+    tile's key axis), so the sum stays within a warp. On other tiles it can add layout
+    conversions instead (NORM_ROW_TABLE holds where it measured faster)."""
+    if NORM_ROW:
+        b_x2 = b_x[None, :]
+        return tl.reshape(b_x2 / tl.sqrt(tl.sum(b_x2 * b_x2, axis=1) + eps)[:, None], b_x.shape)
     return b_x / tl.sqrt(tl.sum(b_x * b_x, axis=0) + eps)
 
 
@@ -154,7 +164,8 @@ def _delta_step(b_S, b_q, b_k, b_v, b_g, b_beta, K: tl.constexpr, KC: tl.constex
 
 @triton.jit
 def _step_inputs(b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T: tl.constexpr,
-                 SAFE_GATE: tl.constexpr, PROJECT: tl.constexpr):  # fmt: skip
+                 SAFE_GATE: tl.constexpr, PROJECT: tl.constexpr,
+                 NORM_ROW: tl.constexpr):  # fmt: skip
     """Per-step vectors that do not depend on the state, as tuples of T rows:
     (g [K], beta (scalar), normalized and scaled q [K], normalized k [K]), all fp32, and
     with PROJECT the coefficients of `_projection` (else an empty tuple).
@@ -171,8 +182,8 @@ def _step_inputs(b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T: 
         )
         b_g = b_g + (b_gt,)
         b_beta = b_beta + (b_bt,)
-        b_qn = b_qn + (_l2norm(b_q[t].to(tl.float32), 1e-6) * scale,)
-        b_kn = b_kn + (_l2norm(b_k[t].to(tl.float32), 1e-6),)
+        b_qn = b_qn + (_l2norm(b_q[t].to(tl.float32), 1e-6, NORM_ROW) * scale,)
+        b_kn = b_kn + (_l2norm(b_k[t].to(tl.float32), 1e-6, NORM_ROW),)
     b_pj = ()
     if PROJECT:
         b_pj = _projection(b_qn, b_kn, b_g, T)
@@ -225,6 +236,26 @@ def _store_ring_shared(p_rawk, s_rawk_r, p_g, s_g_r, p_beta, s_beta_r, b_k, b_g,
 
 
 @triton.jit
+def _store_o(p_o, s_o_n, b_os, valid, T: tl.constexpr):
+    """Stores the T outputs of a sub-tile (rows p_o, step stride s_o_n; zeros where not
+    `valid`), four steps per store where T allows: each store moves its values from the
+    layout of the row sums to one that suits the store through shared memory (a barrier
+    on each side), so one [rows, 2, 2] store costs that once instead of four times. The
+    stores come after all the steps: the T steps do not wait on them."""
+    DT = p_o.dtype.element_ty
+    T4: tl.constexpr = T - T % 4
+    if T4 > 0:
+        # join(join(o_t, o_t+1), join(o_t+2, o_t+3))[r, j, i] is o_{t + 2 i + j}.
+        o_t = tl.arange(0, 2)[:, None] + 2 * tl.arange(0, 2)[None, :]
+        for t in tl.static_range(0, T4, 4):
+            b_x = tl.join(tl.join(b_os[t], b_os[t + 1]), tl.join(b_os[t + 2], b_os[t + 3]))
+            p = p_o[:, None, None] + (t + o_t)[None, :, :] * s_o_n
+            tl.store(p, tl.where(valid, b_x, 0.0).to(DT))
+    for t in tl.static_range(T4, T):
+        tl.store(p_o + t * s_o_n, tl.where(valid, b_os[t], 0.0).to(DT))
+
+
+@triton.jit
 def _verify_steps(
     b_S,
     b_qs,
@@ -266,6 +297,7 @@ def _verify_steps(
     modes need only o); with them each step is a decay and a rank-1 update, no row sum.
     """
     m_v = valid & (o_v >= 0)
+    b_os = ()
     if PROJECT:
         b_qc, b_kc, b_A, b_B = b_pj
         b_x = ()
@@ -284,7 +316,7 @@ def _verify_steps(
             b_o = b_o + b_B[t * (t + 1) // 2] * b_ut
             for jj in tl.static_range(t):
                 b_o = b_o + b_B[t * (t + 1) // 2 + 1 + jj] * b_u[t - 1 - jj]
-            tl.store(p_o + t * s_o_n, tl.where(valid, b_o, 0.0).to(p_o.dtype.element_ty))
+            b_os = b_os + (b_o,)
             if SNAPSHOT:
                 b_k = _key_vec(b_ks[t], K, KC)
                 b_S = b_S * _key_vec(tl.exp(b_g[t]), K, KC) + _tile_rows(b_ut, K, KC) * b_k
@@ -297,12 +329,13 @@ def _verify_steps(
             b_S, b_o = _delta_step(
                 b_S, b_qs[t], b_ks[t], b_v[t].to(tl.float32), b_g[t], b_beta[t], K, KC
             )
-            tl.store(p_o + t * s_o_n, tl.where(valid, b_o, 0.0).to(p_o.dtype.element_ty))
+            b_os = b_os + (b_o,)
             if SNAPSHOT:
                 p = _tile_ptrs(p_snap + t * s_snap_t, o_v, s_snap_v, K, KC)
                 tl.store(p, b_S, mask=_tile_rows(m_v, K, KC), cache_modifier=SNAP_CM)
             if RING:
                 tl.store(p_rawv + t * s_rawv_r + o_v, b_v[t].to(p_rawv.dtype.element_ty), mask=m_v)
+    _store_o(p_o, s_o_n, b_os, valid, T)
     return b_S
 
 
@@ -448,7 +481,9 @@ def num_warps_for(block_v, K):
 # timing, every buffer set out of L2): the fused kernel's 8-row tiles at 2 < B <= 8 were
 # slower than the recurrent kernel's alike (B=8: 11.22 vs 11.40 us, asv 11.78 vs 11.68);
 # 16-row tiles on 4 warps take 7.52 at B=4, and at B=8 the 32-row tiles of B <= 32 9.35:
-# those now start at B=5.
+# those now start at B=5. v14: fused+ring at B <= 2 on the fused mode's 4-row tile on 2
+# warps, with the norms summed as rows (NORM_ROW_TABLE): 4.73 / 5.37 us at B = 1 / 2
+# against 5.04 / 5.59 on 8 rows and 4 warps.
 BLOCK_V_TABLE = {
     "fused": (
         (2, 4, 4, 2, 1),
@@ -457,7 +492,7 @@ BLOCK_V_TABLE = {
         (None, 128, 32, 4, 1),
     ),  # fmt: skip
     "fused+ring": (
-        (2, 8, 8, 4, 1),
+        (2, 4, 4, 2, 1),
         (4, 16, 16, 2, 1),
         (8, 32, 32, 2, 1),
         (16, 64, 64, 4, 1),
@@ -570,6 +605,35 @@ def project_flag(mode, knob, name, needs_state, B):
     elif not isinstance(knob, bool):
         raise ValueError(f"{name} must be None or a bool, got {knob!r}")
     return knob and not needs_state
+
+
+# Whether the q/k norms are summed as [1, K] rows (`_l2norm`'s NORM_ROW) by mode and batch,
+# when NORM_ROW is None: rows (largest batch, flag), first match wins. It pays on 2-warp
+# programs of plain state tiles (both fused modes at B <= 2, the recurrent kernel from
+# B = 9), where it takes the norms' cross-warp round trips out of the per-program chain:
+# 49 -> 25 barriers (tools/compile_kda_sm90.py --sass). Measured (docs/perf/kda.md, v14,
+# cold us): fused B=1 4.97 -> 4.86, B=2 6.04 -> 5.58; fused+ring on that tile instead of
+# 8 rows on 4 warps, B=1 5.04 -> 4.73, B=2 5.59 -> 5.37; unfused B = 16 / 32 / 64 16.34 /
+# 29.05 / 55.82 -> 15.91 / 28.48 / 53.98. On the 4-warp tiles it added layout conversions
+# (fused B=16 14.34 -> 15.39, fused+ring B=1 on 8 rows 4.70 -> 5.09).
+NORM_ROW_TABLE = {
+    "fused": ((2, True), (None, False)),
+    "fused+ring": ((2, True), (None, False)),
+    "unfused": ((8, False), (None, True)),
+    "unfused+ring": ((None, False),),
+}
+# Forced NORM_ROW for both recurrence kernels, read at every call: None = the table.
+NORM_ROW = None
+
+
+def norm_row_flag(mode, B):
+    """NORM_ROW kernel argument of `mode` at batch B: the knob if set (checked), else the
+    table's."""
+    if NORM_ROW is None:
+        return next(flag for b, flag in NORM_ROW_TABLE[mode] if b is None or B <= b)
+    if not isinstance(NORM_ROW, bool):
+        raise ValueError(f"NORM_ROW must be None or a bool, got {NORM_ROW!r}")
+    return NORM_ROW
 
 
 # Cache modifier of the snapshot stores (PTX st with it), read at every call: "" (the

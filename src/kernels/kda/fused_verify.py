@@ -38,6 +38,7 @@ from .common import (
     check_tensor,
     key_chunk,
     maxnreg_kwargs,
+    norm_row_flag,
     pick_tile,
     project_flag,
     save_args,
@@ -190,6 +191,7 @@ def _fused_verify_kernel(
     KC: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     SAFE_GATE: tl.constexpr,
+    NORM_ROW: tl.constexpr,
     SNAPSHOT: tl.constexpr,
     SNAP_CM: tl.constexpr,
     RING: tl.constexpr,
@@ -270,8 +272,9 @@ def _fused_verify_kernel(
             c_v0 + o_sv, o_sv, valid, T, W, K, KC, HAS_BIAS,
         )  # fmt: skip
         b_g, b_beta, b_qs, b_ks, b_pj = _step_inputs(
-            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, PROJECT
-        )
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, PROJECT,
+            NORM_ROW,
+        )  # fmt: skip
         _value_steps(
             b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_g, b_beta, b_pj, valid, p_win, s_win_c, s_win_t,
             s_win_w, c_v0 + o_sv, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
@@ -297,8 +300,9 @@ def _fused_verify_kernel(
         _store_windows(p_win + c_q * s_win_c, s_win_t, s_win_w, b_xq, T, W, m_k & own_k)
         _store_windows(p_win + c_k * s_win_c, s_win_t, s_win_w, b_xk, T, W, m_k & own_k)
         b_g, b_beta, b_qs, b_ks, b_pj = _step_inputs(
-            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, PROJECT
-        )
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, PROJECT,
+            NORM_ROW,
+        )  # fmt: skip
         if RING:
             _store_ring_shared(
                 p_rawk, s_rawk_r, p_g, s_g_r, p_beta, s_beta_r, b_k, b_g, b_beta, o_k,
@@ -515,6 +519,7 @@ def fused_kda_conv_gating_verify(
         KC=kc,
         HAS_BIAS=conv_bias is not None,
         SAFE_GATE=lower_bound is not None,
+        NORM_ROW=norm_row_flag(mode, B),
         SNAPSHOT=intermediate_states_buffer is not None,
         SNAP_CM=snapshot_cache_modifier(),
         RING=bool(cache_ring),

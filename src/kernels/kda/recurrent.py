@@ -29,6 +29,7 @@ from .common import (
     check_tensor,
     key_chunk,
     maxnreg_kwargs,
+    norm_row_flag,
     pick_tile,
     project_flag,
     save_args,
@@ -110,6 +111,7 @@ def _recurrent_verify_kernel(
     SUB_V: tl.constexpr,
     STAGES: tl.constexpr,
     SAFE_GATE: tl.constexpr,
+    NORM_ROW: tl.constexpr,
     SNAPSHOT: tl.constexpr,
     SNAP_CM: tl.constexpr,
     RING: tl.constexpr,
@@ -155,8 +157,9 @@ def _recurrent_verify_kernel(
         b_v = _load_rows(p_v + o_sv, s_v_n, T, None)
         b_S = tl.load(p_S, mask=m_S, other=0.0)
         b_g, b_beta, b_qs, b_ks, b_pj = _step_inputs(
-            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, PROJECT
-        )
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, PROJECT,
+            NORM_ROW,
+        )  # fmt: skip
         b_S = _verify_steps(
             b_S, b_qs, b_ks, b_v, b_g, b_beta, b_pj, valid, p_o + o_sv, s_o_n, p_snap,
             s_snap_t, s_snap_v, p_rawv, s_rawv_r, o_sv, T, K, KC, SNAPSHOT, SNAP_CM, RING,
@@ -166,8 +169,9 @@ def _recurrent_verify_kernel(
             tl.store(p_S, b_S, mask=m_S)
     else:
         b_g, b_beta, b_qs, b_ks, b_pj = _step_inputs(
-            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, PROJECT
-        )
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, PROJECT,
+            NORM_ROW,
+        )  # fmt: skip
         for i_s in tl.range(0, BLOCK_V // SUB_V, num_stages=STAGES):
             o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
             p_S = _tile_ptrs(p_h0, o_sv, s_h0_v, K, KC)
@@ -353,6 +357,7 @@ def fused_sigmoid_gating_delta_rule_update(
         0.0 if lower_bound is None else float(lower_bound),
         T=T, H=H, HV=HV, K=K, V=V, BLOCK_V=BV, SUB_V=SUB, STAGES=stages,
         SAFE_GATE=lower_bound is not None,
+        NORM_ROW=norm_row_flag(mode, B),
         SNAPSHOT=intermediate_states_buffer is not None,
         SNAP_CM=snapshot_cache_modifier(),
         RING=bool(cache_ring),
