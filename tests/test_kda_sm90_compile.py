@@ -33,13 +33,14 @@ def _run(*args):
         (["--block-v", "4", "8", "--warps", "1", "2", "4"], 24),
         # 128-row programs in two 64-row sub-tiles, key chunks of 64, compiled for every
         # mode (the ring modes' B > 32 tile up to v11); the fused kernel's B > 32 tile,
-        # 128-row programs in four 32-row sub-tiles with the next one's loads ahead (two
-        # live at once), key chunks of 64.
+        # 64-row programs in two 32-row sub-tiles with the next one's loads ahead (two
+        # live at once), key chunks of 64 (and v10-v13's 128-row programs of four).
         (["--block-v", "128", "--sub-v", "64", "--warps", "4", "--key-chunk", "64"], 4),
-        (["--modes", "fused", "--block-v", "128", "--sub-v", "32", "--warps", "4",
-          "--key-chunk", "64", "--prefetch"], 1),
-        # The ring modes' projected one-piece tiles at 2 < B <= 8: 16 and 32 rows on 2
-        # warps with key chunks of 32; the recurrent kernel's 4 rows on 1 warp, plain.
+        (["--modes", "fused", "--block-v", "64", "128", "--sub-v", "32", "--warps", "4",
+          "--key-chunk", "64", "--prefetch"], 2),
+        # The ring modes' projected one-piece tiles at 2 < B <= 8 (up to v13; fused+ring's
+        # 16 rows at 2 < B <= 4 since v14): 16 and 32 rows on 2 warps with key chunks of
+        # 32; the recurrent kernel's 4 rows on 1 warp, plain.
         (["--modes", "fused+ring", "unfused+ring", "--block-v", "16", "32", "--warps", "2",
           "--key-chunk", "32", "--project", "on"], 4),
         (["--modes", "unfused+ring", "--block-v", "4", "--warps", "1", "--key-chunk", "128",
@@ -47,9 +48,12 @@ def _run(*args):
         # The plain [rows, K] state tile (no key chunks), one piece.
         (["--modes", "fused", "unfused+ring", "--block-v", "4", "64", "--warps", "4",
           "--key-chunk", "128"], 4),
+        # fused+ring's stepwise plain 16-row tile on 2 warps at 4 < B <= 8, norms as rows.
+        (["--modes", "fused+ring", "--block-v", "16", "--warps", "2", "--key-chunk", "128",
+          "--project", "off", "--norm-row", "on"], 1),
     ],
     ids=["small-tiles", "wide-tiles", "fused-wide-batch-tile", "projected-small-tiles",
-         "projected-4-row-tile", "plain-tile"],
+         "projected-4-row-tile", "plain-tile", "ring-plain-16-row-tile"],
 )  # fmt: skip
 def test_kernels_compile_for_sm90_without_spills(args, n_rows):
     r = _run(*args)

@@ -483,18 +483,21 @@ def num_warps_for(block_v, K):
 # 16-row tiles on 4 warps take 7.52 at B=4, and at B=8 the 32-row tiles of B <= 32 9.35:
 # those now start at B=5. v14: fused+ring at B <= 2 on the fused mode's 4-row tile on 2
 # warps, with the norms summed as rows (NORM_ROW_TABLE): 4.73 / 5.37 us at B = 1 / 2
-# against 5.04 / 5.59 on 8 rows and 4 warps.
+# against 5.04 / 5.59 on 8 rows and 4 warps; at 4 < B <= 8 on 16-row tiles on 2 warps,
+# stepwise, plain, norms as rows: B = 6 / 8 6.68 / 7.18 against 7.31 / 8.02 (the projected
+# 32-row tile); the fused mode at B > 32 in 64-row programs of two 32-row sub-tiles, the
+# second loaded while the first computes: B = 48 / 64 39.85 / 54.20 against 45.28 / 54.52.
 BLOCK_V_TABLE = {
     "fused": (
         (2, 4, 4, 2, 1),
         (4, 16, 16, 4, 1),
         (32, 32, 32, 4, 1),
-        (None, 128, 32, 4, 1),
+        (None, 64, 32, 4, 1),
     ),  # fmt: skip
     "fused+ring": (
         (2, 4, 4, 2, 1),
         (4, 16, 16, 2, 1),
-        (8, 32, 32, 2, 1),
+        (8, 16, 16, 2, 1),
         (16, 64, 64, 4, 1),
         (32, 64, 32, 2, 2),
         (None, 128, 32, 2, 2),
@@ -555,9 +558,11 @@ def _check_pow2_knob(name, value):
 # every per-step key vector (registers, and a shared-memory broadcast per step). The fused
 # kernel's 32-row tiles at B > 32 (v9) were timed with chunks of 64. v12: the ring modes'
 # projected tiles at B > 16 take chunks of 32 (fused+ring B=64: 22.05 us, 23.77 with 64).
+# v14: fused+ring's stepwise 16-row tile at 4 < B <= 8 is plain (its norms are summed as
+# rows, NORM_ROW_TABLE, which pays on plain tiles only).
 KEY_CHUNK_TABLE = {
     "fused": ((32, None), (None, 64)),
-    "fused+ring": ((2, None), (None, 32)),
+    "fused+ring": ((2, None), (4, 32), (8, None), (None, 32)),
     "unfused": ((None, None),),
     "unfused+ring": ((4, None), (None, 32)),
 }
@@ -588,9 +593,12 @@ def key_chunk(mode, B, K):
 # so it does at 2 < B <= 8 on small 2-warp tiles (fused+ring B=4: 6.81 vs 9.27). At B <= 2
 # and 8 < B <= 16 the stepwise form on its tiles stays faster (B=1: 5.39 vs 6.21 at best,
 # B=16: 9.0 vs 9.8), and in the snapshot modes it was slower at every batch (v7, v11).
+# v14: fused+ring at 4 < B <= 8 stepwise again, on a plain 16-row tile with the norms
+# summed as rows (B=8: 7.18 against 8.02 projected); at B = 3, 4 the projected 16-row tile
+# stays (5.82 / 6.36 against 6.01 / 6.14 stepwise: a tie).
 PROJECT_TABLE = {
     "fused": ((None, False),),
-    "fused+ring": ((2, False), (8, True), (16, False), (None, True)),
+    "fused+ring": ((2, False), (4, True), (16, False), (None, True)),
     "unfused": ((None, False),),
     "unfused+ring": ((2, False), (8, True), (16, False), (None, True)),
 }
@@ -614,11 +622,12 @@ def project_flag(mode, knob, name, needs_state, B):
 # 49 -> 25 barriers (tools/compile_kda_sm90.py --sass). Measured (docs/perf/kda.md, v14,
 # cold us): fused B=1 4.97 -> 4.86, B=2 6.04 -> 5.58; fused+ring on that tile instead of
 # 8 rows on 4 warps, B=1 5.04 -> 4.73, B=2 5.59 -> 5.37; unfused B = 16 / 32 / 64 16.34 /
-# 29.05 / 55.82 -> 15.91 / 28.48 / 53.98. On the 4-warp tiles it added layout conversions
-# (fused B=16 14.34 -> 15.39, fused+ring B=1 on 8 rows 4.70 -> 5.09).
+# 29.05 / 55.82 -> 15.91 / 28.48 / 53.98; fused+ring's stepwise 16-row tile at 4 < B <= 8
+# (see BLOCK_V_TABLE). On the 4-warp tiles it added layout conversions (fused B=16 14.34
+# -> 15.39, fused+ring B=1 on 8 rows 4.70 -> 5.09), and on the key-chunked ones as well.
 NORM_ROW_TABLE = {
     "fused": ((2, True), (None, False)),
-    "fused+ring": ((2, True), (None, False)),
+    "fused+ring": ((2, True), (4, False), (8, True), (None, False)),
     "unfused": ((8, False), (None, True)),
     "unfused+ring": ((None, False),),
 }
