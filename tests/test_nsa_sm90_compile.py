@@ -3,7 +3,8 @@
 The interpreter runs the kernels' Python, not the compiler; `tools/compile_nsa_sm90.py`
 compiles every kernel the public forward (token-tile and block paths) and backward
 launch down to a cubin with ptxas, at the seed and the paper grouping, and exits non-zero
-on a compile error.
+on a compile error; with --sass it also counts each cubin's barriers (the partial kernel
+has some: its tiles pass through shared memory).
 """
 
 import os
@@ -18,7 +19,7 @@ def test_kernels_compile_for_sm90():
     env["PYTHONPATH"] = os.path.join(ROOT, "src")
     r = subprocess.run(
         [sys.executable, os.path.join(ROOT, "tools", "compile_nsa_sm90.py"), "--seq-len",
-         "1024", "--shapes", "seed", "paper"],
+         "1024", "--shapes", "seed", "paper", "--sass"],
         capture_output=True, text=True, env=env, timeout=900,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -31,3 +32,11 @@ def test_kernels_compile_for_sm90():
     for name in ("_sel_fwd_kernel", "_partial_kernel", "_combine_kernel", "_sel_bwd_dq_kernel",
                  "_sel_bwd_dkdv_kernel"):  # fmt: skip
         assert name in kernels, r.stdout
+    bars = [
+        int(kv.split("=")[1])
+        for ln in r.stdout.splitlines()
+        if " _partial_kernel " in ln
+        for kv in ln.split()
+        if kv.startswith("BAR=")
+    ]
+    assert bars and all(b > 0 for b in bars), r.stdout

@@ -1,6 +1,6 @@
 """Compile the NSA selection kernels for an H200 (sm_90) without a GPU: registers, spills.
 
-    .venv/bin/python tools/compile_nsa_sm90.py [--seq-len 4096] [--shapes seed paper]
+    .venv/bin/python tools/compile_nsa_sm90.py [--seq-len 4096] [--shapes seed paper] [--sass]
 
 Every kernel the public forward and backward launch (token-tile path, block path,
 backward) is compiled through the wrappers with CPU tensors
@@ -8,8 +8,9 @@ in bf16, the way `tools/compile_kda_sm90.py` does for KDA: a stand-in driver rep
 sm_90 target and each launch is replaced by Triton's `warmup`, which specializes the
 arguments like a real launch and compiles down to a cubin with ptxas, running nothing
 (later kernels see unwritten inputs, which compiling does not mind). Prints registers,
-local memory (spills) and static shared memory per kernel and configuration; exits 1 on a
-compile error. The interpreter runs a kernel's Python; this catches what only Triton's GPU
+local memory (spills) and static shared memory per kernel and configuration (with --sass
+also the SASS instruction count, barriers, lane shuffles and special-function ops); exits
+1 on a compile error. The interpreter runs a kernel's Python; this catches what only Triton's GPU
 lowering rejects.
 """
 
@@ -24,7 +25,7 @@ import triton
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
-from compile_kda_sm90 import _Capture, _Sm90Driver, resources  # noqa: E402
+from compile_kda_sm90 import _Capture, _Sm90Driver, resources, sass_counts  # noqa: E402
 
 SHAPES = {"seed": (16, 4), "paper": (64, 4)}  # (Hq, Hkv); D=64, block 64, S=16
 
@@ -33,6 +34,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seq-len", type=int, default=4096)
     ap.add_argument("--shapes", nargs="+", default=["seed"], choices=list(SHAPES))
+    ap.add_argument("--sass", action="store_true", help="also count SASS, BAR, SHFL, MUFU")
     args = ap.parse_args()
 
     triton.runtime.driver.set_active(_Sm90Driver())
@@ -84,9 +86,12 @@ def main():
                 for kname, _, ck in compiled:
                     r = resources(ck)
                     n_spill += r["LOCAL"] > 0
+                    extra = ""
+                    if args.sass:
+                        extra = "  " + " ".join(f"{k}={v}" for k, v in sass_counts(ck).items())
                     print(
                         fmt.format(shape, pattern, path, kname, r["REG"], r["LOCAL"],
-                                   r["SHARED"], took)
+                                   r["SHARED"], took) + extra
                     )  # fmt: skip
     print(f"{n_err} compile errors, {n_spill} kernels with local memory (spills)")
     return 1 if n_err else 0
