@@ -81,15 +81,18 @@ def tile_grid(block_v, sub_v, stages, warps):
     return list(dict.fromkeys(tiles))
 
 
-def resources(compiled):
-    """REG / LOCAL / SHARED of a compiled kernel, from cuobjdump on its cubin."""
+def _cuobjdump(compiled, flag):
+    """cuobjdump's output (Triton's own copy of the tool) for a compiled kernel's cubin."""
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(compiled.asm["cubin"])
         f.flush()
-        text = subprocess.run(
-            [tool, "--dump-resource-usage", f.name], capture_output=True, text=True
-        ).stdout
+        return subprocess.run([tool, flag, f.name], capture_output=True, text=True).stdout
+
+
+def resources(compiled):
+    """REG / LOCAL / SHARED of a compiled kernel, from cuobjdump on its cubin."""
+    text = _cuobjdump(compiled, "--dump-resource-usage")
     line = next(ln for ln in text.splitlines() if "REG:" in ln)
     return {
         kv.split(":")[0]: int(kv.split(":")[1])
@@ -101,11 +104,7 @@ def resources(compiled):
 def sass_counts(compiled):
     """Instruction counts of a compiled kernel's SASS (cuobjdump -sass): all, BAR (barriers),
     SHFL (lane shuffles), MUFU (special-function ops)."""
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(compiled.asm["cubin"])
-        f.flush()
-        text = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
+    text = _cuobjdump(compiled, "-sass")
     ops = re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", text, re.M)
     count = {"SASS": len(ops)}
     for key in ("BAR", "SHFL", "MUFU"):
