@@ -8,6 +8,7 @@ runs it on the shipped tiles' shapes (no spills allowed), the sub-tile loop (wit
 without pipelining) in both work orders, and state tiles with and without key chunks.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -124,3 +125,20 @@ def test_norm_rows_take_barriers_out_of_two_warp_tiles():
     for kernel in ("_fused_verify_kernel", "_recurrent_verify_kernel"):
         (bar_off, shfl_off), (bar_on, shfl_on) = counts[kernel, "off"], counts[kernel, "on"]
         assert bar_on + 16 <= bar_off and shfl_on <= shfl_off, counts
+
+
+def test_floor_tool_kernels_compile_for_sm90():
+    """tools/gpu_kda_floor.py's kernels (the grid and persistent floors, ring and snapshot,
+    and the launch probe's empty kernel with and without programmatic dependent launch)
+    compile for sm_90: a GPU session's probe must not be the first to find them broken."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.path.join(ROOT, "src")
+    r = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tools", "gpu_kda_floor.py"), "--part", "compile"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    regs = json.loads(r.stdout.strip().splitlines()[-1])
+    want = {f"{k} {t}" for k in ("floor", "persist") for t in ("ring", "snap")}
+    assert want | {"empty pdl=False", "empty pdl=True"} == set(regs)
+    assert all(0 < n <= 255 for n in regs.values())

@@ -1,7 +1,8 @@
 """Floors of the KDA verify's state traffic on the GPU: how fast a kernel that only moves the
 state (with the least arithmetic the math allows) runs in the verify's grid.
 
-    PYTHONPATH=src python3 tools/gpu_kda_floor.py --part ring|snap|small [--out DIR]
+    PYTHONPATH=src python3 tools/gpu_kda_floor.py --part ring|snap|small|persist|launch [--out DIR]
+    PYTHONPATH=src python3 tools/gpu_kda_floor.py --part compile   (CPU: compile for sm_90)
 
 Each floor kernel has the verify's grid (sequence, value head, tile of BLOCK_V value rows,
 walked in sub-tiles of SUB_V), reads the sequence's slot index first, then its fp32 state
@@ -11,6 +12,11 @@ rows [slots, HV, V, K]:
     bytes and the fewest products their math needs;
   * snap: per step t, the tile scaled by exp(x_t) (the decay) and stored as snapshot t of
     the sequence's line (`.cs`), plus one row sum into o[t]: the snapshot modes' bytes.
+  * persist: the ring floor's work in persistent programs (a few per SM) that walk the
+    (sequence, value head, sub-tile) items in a software-pipelined loop, so that the next
+    items' index and state loads are in flight while one computes;
+  * launch: the per-call time of an empty kernel (one program) in a graph, with and without
+    programmatic dependent launch (PDL), the fixed cost every call of a stream carries.
 Sweeps tiles (BLOCK_V, SUB_V, warps, stages of the sub-tile loop, key chunk) at B = 16 and
 64 (`ring`, `snap`) or B = 1 and 16 (`small`), timed like `gpu_check_kda` (cold: a CUDA
 graph over input sets that do not fit in L2; median of 5), beside the shipped kernels
@@ -72,6 +78,94 @@ def _floor_kernel(ssm, idx, lines, a, o, snap, s_ssm_s, s_ssm_h, s_a_n, s_o_n, s
             tl.store(o + (i_n * T + t) * s_o_n + i_hv * s_o_h + o_sv, b_o.to(o.dtype.element_ty))
 
 
+@triton.jit
+def _persist_kernel(ssm, idx, lines, a, o, snap, s_ssm_s, s_ssm_h, s_a_n, s_o_n, s_o_h,
+                    s_snap_l, s_snap_t, s_snap_h, N_ITEMS, HV: tl.constexpr, V: tl.constexpr,
+                    T: tl.constexpr, K: tl.constexpr, SUB_V: tl.constexpr, KC: tl.constexpr,
+                    STAGES: tl.constexpr, SNAP: tl.constexpr):  # fmt: skip
+    # Items are (sequence, value head, sub-tile of SUB_V rows), walked with a stride of the
+    # grid; the loop is software-pipelined so that later items' loads overlap this one.
+    # The work per item is the grid floor's (`_floor_kernel`).
+    NSUB: tl.constexpr = V // SUB_V
+    o_k = tl.arange(0, K)
+    for i in tl.range(tl.program_id(0), N_ITEMS, tl.num_programs(0), num_stages=STAGES):
+        i_n = i // (HV * NSUB)
+        i_hv = (i // NSUB) % HV
+        o_sv = (i % NSUB) * SUB_V + tl.arange(0, SUB_V)
+        i_slot = tl.load(idx + i_n).to(tl.int64)
+        b_S = tl.load(_tile_ptrs(ssm + i_slot * s_ssm_s + i_hv * s_ssm_h, o_sv, K, K, KC))
+        if SNAP:
+            i_line = tl.load(lines + i_n).to(tl.int64)
+            p_snap = snap + i_line * s_snap_l + i_hv * s_snap_h
+        for t in tl.static_range(T):
+            b_x = tl.load(a + (i_n * T + t) * s_a_n + i_hv * K + o_k).to(tl.float32)
+            if SNAP:
+                b_S = b_S * _key_vec(tl.exp(b_x), K, KC)
+                p = _tile_ptrs(p_snap + t * s_snap_t, o_sv, K, K, KC)
+                tl.store(p, b_S, cache_modifier=".cs")
+                b_o = _key_sum(b_S * _key_vec(b_x, K, KC), K, KC)
+            else:
+                b_o = _key_sum(b_S * _key_vec(b_x, K, KC), K, KC)
+                b_o += _key_sum(b_S * _key_vec(b_x * b_x, K, KC), K, KC)
+            tl.store(o + (i_n * T + t) * s_o_n + i_hv * s_o_h + o_sv, b_o.to(o.dtype.element_ty))
+
+
+@triton.jit
+def _empty_kernel(x, PDL: tl.constexpr):
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    tl.store(x + tl.program_id(0), 1.0)
+
+
+def persist_fn(s, B, snap, sub, warps, stages, kc, per_sm):
+    o = s.setdefault("o_floor", torch.empty(B * T, HV, V, device=chk.DEV, dtype=torch.float32))
+    n_items = B * HV * (V // sub)
+    n_sm = torch.cuda.get_device_properties(0).multi_processor_count
+    grid = (min(n_items, n_sm * per_sm),)
+
+    def fn():
+        sn = s["inter_ssm"]
+        _persist_kernel[grid](
+            s["ssm"], s["cache_indices"], s["inter_indices"], s["a"], o, sn, s["ssm"].stride(0),
+            s["ssm"].stride(1), s["a"].stride(0), o.stride(0), o.stride(1), sn.stride(0),
+            sn.stride(1), sn.stride(2), n_items, HV=HV, V=V, T=T, K=K, SUB_V=sub, KC=kc,
+            STAGES=stages, SNAP=snap, num_warps=warps,
+        )  # fmt: skip
+
+    return fn
+
+
+def persist_tiles(snap):
+    stages_, per_sm_ = ((2, 3), (2, 4)) if snap else ((2, 3, 4), (1, 2, 4))
+    for sub, warps, stages, kc, per_sm in itertools.product(
+        (16, 32, 64), (2, 4, 8), stages_, (K, 32) if snap else (32,), per_sm_
+    ):
+        if sub * K * 4 * stages * per_sm > 200 * 1024 or sub * K // (32 * warps) > 64:
+            continue
+        if sub * K // (32 * warps) < 16:
+            continue
+        yield sub, warps, stages, kc, per_sm
+
+
+def launch_probe():
+    x = torch.zeros(1024, device=chk.DEV)
+    rows = []
+    for pdl in (False, True, False, True):
+        fn = lambda: _empty_kernel[(1,)](x, PDL=pdl, launch_pdl=pdl)
+        us = time_fns([fn] * 100)
+        rows.append({"empty kernel, pdl": pdl, "us_per_call": round(us, 3)})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def check_persist(B, snap, tile):
+    s = chk.make_set(B, HV, 3)
+    persist_fn(s, B, snap, *tile)()
+    chk.sync()
+    return check_outputs(s, B, snap)
+
+
 def floor_fn(s, B, snap, bv, sub, warps, stages, kc):
     o = s.setdefault("o_floor", torch.empty(B * T, HV, V, device=chk.DEV, dtype=torch.float32))
     sn = s["inter_ssm"]
@@ -93,6 +187,11 @@ def check_floor(B, snap, tile):
     s = chk.make_set(B, HV, 3)
     floor_fn(s, B, snap, *tile)()
     chk.sync()
+    return check_outputs(s, B, snap)
+
+
+def check_outputs(s, B, snap):
+    """Relative error of a floor kernel's o (and snapshots) against PyTorch."""
     S = s["ssm"][s["cache_indices"].long()]  # [B, HV, V, K]
     x = s["a"].float().view(B, T, HV, K)
     o = s["o_floor"].float().view(B, T, HV, V)
@@ -160,15 +259,73 @@ def unfused_parts(s, B):
     return {"conv alone": conv, "recurrent+ring alone": rec(True), "recurrent alone": rec(False)}
 
 
+def sweep(B, snap, key, tile_iter, check, make_fn, sets):
+    """Check and time each tile of one floor kernel; print a line per tile and the best."""
+    rows, best = [], None
+    for tile in tile_iter:
+        try:
+            err = check(B, snap, tile)
+            us = time_fns([make_fn(s, B, snap, *tile) for s in sets])
+        except Exception as e:  # a tile that does not compile or fit
+            print(f"B={B} snap={snap} {key}={tile} failed: {type(e).__name__}", flush=True)
+            continue
+        row = {"B": B, "snap": snap, key: tile, "us": round(us, 3), "err": err}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        if err < 1e-4 and (best is None or us < best["us"]):
+            best = row
+    print(json.dumps({"best": best}), flush=True)
+    return rows
+
+
+def compile_sm90():
+    """Compile every floor kernel for an H200 on the CPU (the tool's kernels cannot rot
+    unseen between GPU sessions); returns {kernel: registers}."""
+    from compile_kda_sm90 import _Sm90Driver, resources
+
+    triton.runtime.driver.set_active(_Sm90Driver())
+    f32, bf16 = dict(dtype=torch.float32), dict(dtype=torch.bfloat16)
+    ssm, idx = torch.empty(3, HV, V, K, **f32), torch.zeros(2, dtype=torch.int32)
+    a, o = torch.empty(2 * T, HV * K, **bf16), torch.empty(2 * T, HV, V, **f32)
+    snap = torch.empty(3, T, HV, V, K, **f32)
+    st = (1, 1, 1, 1, 1, 1, 1, 1, 1)
+    out = {}
+    for tag, sn in (("ring", False), ("snap", True)):
+        c = _floor_kernel.warmup(
+            ssm, idx, idx, a, o, snap, *st[:8], T=T, K=K, BLOCK_V=128, SUB_V=32, KC=32,
+            STAGES=2, SNAP=sn, num_warps=2, grid=(2, HV, 1),
+        )  # fmt: skip
+        out[f"floor {tag}"] = resources(c)["REG"]
+        c = _persist_kernel.warmup(
+            ssm, idx, idx, a, o, snap, *st, HV=HV, V=V, T=T, K=K, SUB_V=32, KC=32, STAGES=3,
+            SNAP=sn, num_warps=2, grid=(4,),
+        )  # fmt: skip
+        out[f"persist {tag}"] = resources(c)["REG"]
+    for pdl in (False, True):
+        c = _empty_kernel.warmup(o, PDL=pdl, launch_pdl=pdl, grid=(1,))
+        out[f"empty pdl={pdl}"] = resources(c)["REG"]
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--part", choices=("ring", "snap", "small"), required=True)
+    ap.add_argument(
+        "--part", choices=("ring", "snap", "small", "persist", "launch", "compile"), required=True
+    )
     ap.add_argument("--batch", type=int, nargs="+", default=None)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.part == "compile":
+        print(json.dumps(compile_sm90()))
+        return
     batches = args.batch or ((1, 16) if args.part == "small" else (16, 64))
     snaps = (False, True) if args.part == "small" else (args.part == "snap",)
+    if args.part == "persist":
+        snaps = ()  # the persist part's own loop covers both
     rows = []
+    if args.part == "launch":
+        rows = launch_probe()
+        batches = ()
     for B in batches:
         sets = chk.cold_sets(B, HV, 200)
         shipped = {m: time_fns([chk.runner(m, s, B, HV, -5.0) for s in sets]) for m in chk.MODES}
@@ -179,21 +336,10 @@ def main():
             alone = {n: time_fns([p[n] for p in parts]) for n in parts[0]}
             print(json.dumps({"B": B, "alone_cold_us": alone}), flush=True)
             rows.append({"B": B, "alone": alone})
+        for snap in (False, True) if args.part == "persist" else ():
+            rows += sweep(B, snap, "persist", persist_tiles(snap), check_persist, persist_fn, sets)
         for snap in snaps:
-            best = None
-            for tile in tiles(args.part, B):
-                try:
-                    err = check_floor(B, snap, tile)
-                    us = time_fns([floor_fn(s, B, snap, *tile) for s in sets])
-                except Exception as e:  # a tile that does not compile or fit
-                    print(f"B={B} snap={snap} tile={tile} failed: {type(e).__name__}", flush=True)
-                    continue
-                row = {"B": B, "snap": snap, "tile": tile, "us": round(us, 3), "err": err}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-                if err < 1e-4 and (best is None or us < best["us"]):
-                    best = row
-            print(json.dumps({"best": best}), flush=True)
+            rows += sweep(B, snap, "tile", tiles(args.part, B), check_floor, floor_fn, sets)
         del sets
     if args.out:
         with open(os.path.join(args.out, f"kda_floor_{args.part}.json"), "w") as f:
