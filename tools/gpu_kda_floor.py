@@ -1,7 +1,8 @@
 """Floors of the KDA verify's state traffic on the GPU: how fast a kernel that only moves the
 state (with the least arithmetic the math allows) runs in the verify's grid.
 
-    PYTHONPATH=src python3 tools/gpu_kda_floor.py --part ring|snap|small|persist|launch [--out DIR]
+    PYTHONPATH=src python3 tools/gpu_kda_floor.py --part ring|snap|small|persist|full|launch
+        [--batch B ...] [--out DIR]
     PYTHONPATH=src python3 tools/gpu_kda_floor.py --part compile   (CPU: compile for sm_90)
 
 Each floor kernel has the verify's grid (sequence, value head, tile of BLOCK_V value rows,
@@ -12,9 +13,11 @@ rows [slots, HV, V, K]:
     bytes and the fewest products their math needs;
   * snap: per step t, the tile scaled by exp(x_t) (the decay) and stored as snapshot t of
     the sequence's line (`.cs`), plus one row sum into o[t]: the snapshot modes' bytes.
-  * persist: the ring floor's work in persistent programs (a few per SM) that walk the
+  * persist: the ring and snapshot floors' work in persistent programs (a few per SM) that walk the
     (sequence, value head, sub-tile) items in a software-pipelined loop, so that the next
     items' index and state loads are in flight while one computes;
+  * full: the snapshot floors (grid and persistent, short tile lists) beside the same with
+    the delta rule's whole step (a second row sum and the rank-1 update before the store);
   * launch: the per-call time of an empty kernel (one program) in a graph, with and without
     programmatic dependent launch (PDL), the fixed cost every call of a stream carries.
 Sweeps tiles (BLOCK_V, SUB_V, warps, stages of the sub-tile loop, key chunk) at B = 16 and
@@ -47,10 +50,34 @@ H, K, V, T, HV = chk.H, chk.K, chk.V, chk.T, 8
 
 
 @triton.jit
+def _floor_step(b_S, b_x, p_snap_t, p_o_t, o_sv, K: tl.constexpr, KC: tl.constexpr,
+                SNAP: tl.constexpr, FULL: tl.constexpr):  # fmt: skip
+    """One step of a floor kernel on a state tile; returns the tile. Ring (not SNAP): two
+    row sums of the initial state, o written. SNAP: the tile decayed by exp(x), stored as
+    the step's snapshot (`.cs`), one row sum into o; FULL adds the delta rule's other work
+    (a row sum u = S x and the rank-1 update S += (1 - u) x^T before the store)."""
+    if SNAP:
+        b_S = b_S * _key_vec(tl.exp(b_x), K, KC)
+        if FULL:
+            b_u = 1.0 - _key_sum(b_S * _key_vec(b_x, K, KC), K, KC)
+            if KC == K:
+                b_S += b_u[:, None] * _key_vec(b_x, K, KC)
+            else:
+                b_S += b_u[:, None, None] * _key_vec(b_x, K, KC)
+        tl.store(_tile_ptrs(p_snap_t, o_sv, K, K, KC), b_S, cache_modifier=".cs")
+        b_o = _key_sum(b_S * _key_vec(b_x * b_x if FULL else b_x, K, KC), K, KC)
+    else:
+        b_o = _key_sum(b_S * _key_vec(b_x, K, KC), K, KC)
+        b_o += _key_sum(b_S * _key_vec(b_x * b_x, K, KC), K, KC)
+    tl.store(p_o_t + o_sv, b_o.to(p_o_t.dtype.element_ty))
+    return b_S
+
+
+@triton.jit
 def _floor_kernel(ssm, idx, lines, a, o, snap, s_ssm_s, s_ssm_h, s_a_n, s_o_n, s_o_h,
                   s_snap_l, s_snap_t, s_snap_h, T: tl.constexpr, K: tl.constexpr,
                   BLOCK_V: tl.constexpr, SUB_V: tl.constexpr, KC: tl.constexpr,
-                  STAGES: tl.constexpr, SNAP: tl.constexpr):  # fmt: skip
+                  STAGES: tl.constexpr, SNAP: tl.constexpr, FULL: tl.constexpr):  # fmt: skip
     i_n = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_v = tl.program_id(2)
@@ -60,6 +87,7 @@ def _floor_kernel(ssm, idx, lines, a, o, snap, s_ssm_s, s_ssm_h, s_a_n, s_o_n, s
     b_x = ()
     for t in tl.static_range(T):
         b_x = b_x + (tl.load(a + (i_n * T + t) * s_a_n + i_hv * K + o_k).to(tl.float32),)
+    p_snap = snap
     if SNAP:
         i_line = tl.load(lines + i_n).to(tl.int64)
         p_snap = snap + i_line * s_snap_l + i_hv * s_snap_h
@@ -67,22 +95,16 @@ def _floor_kernel(ssm, idx, lines, a, o, snap, s_ssm_s, s_ssm_h, s_a_n, s_o_n, s
         o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
         b_S = tl.load(_tile_ptrs(p_h0, o_sv, K, K, KC))
         for t in tl.static_range(T):
-            if SNAP:
-                b_S = b_S * _key_vec(tl.exp(b_x[t]), K, KC)
-                p = _tile_ptrs(p_snap + t * s_snap_t, o_sv, K, K, KC)
-                tl.store(p, b_S, cache_modifier=".cs")
-                b_o = _key_sum(b_S * _key_vec(b_x[t], K, KC), K, KC)
-            else:
-                b_o = _key_sum(b_S * _key_vec(b_x[t], K, KC), K, KC)
-                b_o += _key_sum(b_S * _key_vec(b_x[t] * b_x[t], K, KC), K, KC)
-            tl.store(o + (i_n * T + t) * s_o_n + i_hv * s_o_h + o_sv, b_o.to(o.dtype.element_ty))
+            p_o_t = o + (i_n * T + t) * s_o_n + i_hv * s_o_h
+            b_S = _floor_step(b_S, b_x[t], p_snap + t * s_snap_t, p_o_t, o_sv, K, KC, SNAP, FULL)
 
 
 @triton.jit
 def _persist_kernel(ssm, idx, lines, a, o, snap, s_ssm_s, s_ssm_h, s_a_n, s_o_n, s_o_h,
                     s_snap_l, s_snap_t, s_snap_h, N_ITEMS, HV: tl.constexpr, V: tl.constexpr,
                     T: tl.constexpr, K: tl.constexpr, SUB_V: tl.constexpr, KC: tl.constexpr,
-                    STAGES: tl.constexpr, SNAP: tl.constexpr):  # fmt: skip
+                    STAGES: tl.constexpr, SNAP: tl.constexpr,
+                    FULL: tl.constexpr):  # fmt: skip
     # Items are (sequence, value head, sub-tile of SUB_V rows), walked with a stride of the
     # grid; the loop is software-pipelined so that later items' loads overlap this one.
     # The work per item is the grid floor's (`_floor_kernel`).
@@ -94,20 +116,14 @@ def _persist_kernel(ssm, idx, lines, a, o, snap, s_ssm_s, s_ssm_h, s_a_n, s_o_n,
         o_sv = (i % NSUB) * SUB_V + tl.arange(0, SUB_V)
         i_slot = tl.load(idx + i_n).to(tl.int64)
         b_S = tl.load(_tile_ptrs(ssm + i_slot * s_ssm_s + i_hv * s_ssm_h, o_sv, K, K, KC))
+        p_snap = snap
         if SNAP:
             i_line = tl.load(lines + i_n).to(tl.int64)
             p_snap = snap + i_line * s_snap_l + i_hv * s_snap_h
         for t in tl.static_range(T):
             b_x = tl.load(a + (i_n * T + t) * s_a_n + i_hv * K + o_k).to(tl.float32)
-            if SNAP:
-                b_S = b_S * _key_vec(tl.exp(b_x), K, KC)
-                p = _tile_ptrs(p_snap + t * s_snap_t, o_sv, K, K, KC)
-                tl.store(p, b_S, cache_modifier=".cs")
-                b_o = _key_sum(b_S * _key_vec(b_x, K, KC), K, KC)
-            else:
-                b_o = _key_sum(b_S * _key_vec(b_x, K, KC), K, KC)
-                b_o += _key_sum(b_S * _key_vec(b_x * b_x, K, KC), K, KC)
-            tl.store(o + (i_n * T + t) * s_o_n + i_hv * s_o_h + o_sv, b_o.to(o.dtype.element_ty))
+            p_o_t = o + (i_n * T + t) * s_o_n + i_hv * s_o_h
+            b_S = _floor_step(b_S, b_x, p_snap + t * s_snap_t, p_o_t, o_sv, K, KC, SNAP, FULL)
 
 
 @triton.jit
@@ -130,7 +146,7 @@ def persist_fn(s, B, snap, sub, warps, stages, kc, per_sm):
             s["ssm"], s["cache_indices"], s["inter_indices"], s["a"], o, sn, s["ssm"].stride(0),
             s["ssm"].stride(1), s["a"].stride(0), o.stride(0), o.stride(1), sn.stride(0),
             sn.stride(1), sn.stride(2), n_items, HV=HV, V=V, T=T, K=K, SUB_V=sub, KC=kc,
-            STAGES=stages, SNAP=snap, num_warps=warps,
+            STAGES=stages, SNAP=snap > 0, FULL=snap == 2, num_warps=warps,
         )  # fmt: skip
 
     return fn
@@ -176,7 +192,8 @@ def floor_fn(s, B, snap, bv, sub, warps, stages, kc):
             s["ssm"], s["cache_indices"], s["inter_indices"], s["a"], o, sn,
             s["ssm"].stride(0), s["ssm"].stride(1), s["a"].stride(0), o.stride(0), o.stride(1),
             sn.stride(0), sn.stride(1), sn.stride(2),
-            T=T, K=K, BLOCK_V=bv, SUB_V=sub, KC=kc, STAGES=stages, SNAP=snap, num_warps=warps,
+            T=T, K=K, BLOCK_V=bv, SUB_V=sub, KC=kc, STAGES=stages, SNAP=snap > 0,
+            FULL=snap == 2, num_warps=warps,
         )  # fmt: skip
 
     return fn
@@ -191,19 +208,24 @@ def check_floor(B, snap, tile):
 
 
 def check_outputs(s, B, snap):
-    """Relative error of a floor kernel's o (and snapshots) against PyTorch."""
+    """Relative error of a floor kernel's o (and snapshots) against PyTorch (snap: 0 ring,
+    1 snapshots, 2 snapshots with the full step, as `_floor_step`)."""
     S = s["ssm"][s["cache_indices"].long()]  # [B, HV, V, K]
     x = s["a"].float().view(B, T, HV, K)
     o = s["o_floor"].float().view(B, T, HV, V)
     err = 0.0
     for t in range(T):
+        xt = x[:, t]
         if snap:
-            S = S * torch.exp(x[:, t])[:, :, None, :]
-            want = torch.einsum("bhvk,bhk->bhv", S, x[:, t])
+            S = S * torch.exp(xt)[:, :, None, :]
+            if snap == 2:
+                u = 1.0 - torch.einsum("bhvk,bhk->bhv", S, xt)
+                S = S + u[..., None] * xt[:, :, None, :]
+            want = torch.einsum("bhvk,bhk->bhv", S, xt * xt if snap == 2 else xt)
             got_s = s["inter_ssm"][s["inter_indices"].long(), t]
             err = max(err, chk.rel(got_s, S))
         else:
-            want = torch.einsum("bhvk,bhk->bhv", S, x[:, t] + x[:, t] ** 2)
+            want = torch.einsum("bhvk,bhk->bhv", S, xt + xt**2)
         err = max(err, chk.rel(o[:, t], want))
     return err
 
@@ -226,6 +248,18 @@ def tiles(part, B):
         if sub * K // (32 * warps) < 8:
             continue
         yield bv, sub, warps, stages, kc
+
+
+# Short tile lists of the `full` part: the best snapshot-floor tiles of v12's grid sweep and
+# of the persistent sweep, and the fused kernel's B > 32 tile (64 rows in 32-row sub-tiles,
+# 4 warps, key chunks of 64).
+FULL_GRID_TILES = (
+    (128, 64, 2, 1, K), (64, 64, 8, 1, K), (32, 32, 2, 1, K), (32, 32, 4, 1, K),
+    (32, 32, 8, 1, K), (64, 32, 4, 1, 64),
+)  # fmt: skip
+FULL_PERSIST_TILES = (
+    (32, 2, 3, K, 4), (16, 2, 3, K, 4), (32, 4, 3, K, 4), (32, 2, 3, K, 2), (64, 8, 3, K, 2),
+)  # fmt: skip
 
 
 def unfused_parts(s, B):
@@ -290,15 +324,15 @@ def compile_sm90():
     snap = torch.empty(3, T, HV, V, K, **f32)
     st = (1, 1, 1, 1, 1, 1, 1, 1, 1)
     out = {}
-    for tag, sn in (("ring", False), ("snap", True)):
+    for tag, sn in (("ring", 0), ("snap", 1), ("full", 2)):
         c = _floor_kernel.warmup(
             ssm, idx, idx, a, o, snap, *st[:8], T=T, K=K, BLOCK_V=128, SUB_V=32, KC=32,
-            STAGES=2, SNAP=sn, num_warps=2, grid=(2, HV, 1),
+            STAGES=2, SNAP=sn > 0, FULL=sn == 2, num_warps=2, grid=(2, HV, 1),
         )  # fmt: skip
         out[f"floor {tag}"] = resources(c)["REG"]
         c = _persist_kernel.warmup(
             ssm, idx, idx, a, o, snap, *st, HV=HV, V=V, T=T, K=K, SUB_V=32, KC=32, STAGES=3,
-            SNAP=sn, num_warps=2, grid=(4,),
+            SNAP=sn > 0, FULL=sn == 2, num_warps=2, grid=(4,),
         )  # fmt: skip
         out[f"persist {tag}"] = resources(c)["REG"]
     for pdl in (False, True):
@@ -310,7 +344,9 @@ def compile_sm90():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument(
-        "--part", choices=("ring", "snap", "small", "persist", "launch", "compile"), required=True
+        "--part",
+        choices=("ring", "snap", "small", "persist", "full", "launch", "compile"),
+        required=True,
     )
     ap.add_argument("--batch", type=int, nargs="+", default=None)
     ap.add_argument("--out", default=None)
@@ -320,8 +356,8 @@ def main():
         return
     batches = args.batch or ((1, 16) if args.part == "small" else (16, 64))
     snaps = (False, True) if args.part == "small" else (args.part == "snap",)
-    if args.part == "persist":
-        snaps = ()  # the persist part's own loop covers both
+    if args.part in ("persist", "full"):
+        snaps = ()  # their own sweeps below
     rows = []
     if args.part == "launch":
         rows = launch_probe()
@@ -340,6 +376,11 @@ def main():
             rows += sweep(B, snap, "persist", persist_tiles(snap), check_persist, persist_fn, sets)
         for snap in snaps:
             rows += sweep(B, snap, "tile", tiles(args.part, B), check_floor, floor_fn, sets)
+        for snap in (1, 2) if args.part == "full" else ():
+            rows += sweep(B, snap, "tile", FULL_GRID_TILES, check_floor, floor_fn, sets)
+            rows += sweep(
+                B, snap, "persist", FULL_PERSIST_TILES, check_persist, persist_fn, sets
+            )  # fmt: skip
         del sets
     if args.out:
         with open(os.path.join(args.out, f"kda_floor_{args.part}.json"), "w") as f:
