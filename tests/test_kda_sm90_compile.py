@@ -128,9 +128,10 @@ def test_norm_rows_take_barriers_out_of_two_warp_tiles():
 
 
 def test_floor_tool_kernels_compile_for_sm90():
-    """tools/gpu_kda_floor.py's kernels (the grid and persistent floors, ring and snapshot,
-    and the launch probe's empty kernel with and without programmatic dependent launch)
-    compile for sm_90: a GPU session's probe must not be the first to find them broken."""
+    """tools/gpu_kda_floor.py's kernels (the grid and persistent floors: ring, snapshots,
+    snapshots with the whole step; the launch probe's empty kernel with and without
+    programmatic dependent launch) compile for sm_90: a GPU session's probe must not be
+    the first to find them broken."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.path.join(ROOT, "src")
     r = subprocess.run(
@@ -139,6 +140,6 @@ def test_floor_tool_kernels_compile_for_sm90():
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     regs = json.loads(r.stdout.strip().splitlines()[-1])
-    want = {f"{k} {t}" for k in ("floor", "persist") for t in ("ring", "snap")}
+    want = {f"{k} {t}" for k in ("floor", "persist") for t in ("ring", "snap", "full")}
     assert want | {"empty pdl=False", "empty pdl=True"} == set(regs)
     assert all(0 < n <= 255 for n in regs.values())
