@@ -92,6 +92,11 @@ BLOCK_PATH_MAX_BYTES = 2 << 30
 # join as parallel branches.
 OVERLAP_TILE_KERNEL = True
 _SIDE_STREAMS = {}
+# Warps of the tile-list kernel (`tile_block_lists`, forward and backward), read at call
+# time. One warp sorts a tile's slots with lane shuffles only (1 barrier against 19-27 on
+# 4 warps): 0.036 -> 0.025 ms per forward at the seed shape, T = 32768 (docs/perf/nsa.md,
+# v11).
+TILE_LIST_WARPS = 1
 
 
 def forward_stages(block_t):
@@ -237,7 +242,7 @@ def tile_block_lists(block_idx, block_size, block_t, hist=None, min_blocks=0):
         block_idx, lists, counts, counts if hist is None else hist, T, NB, n_tiles, min_blocks,
         NW, window_tiles(n_tiles, NW),
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=triton.next_power_of_2(block_t * S),
-        USE_HIST=hist is not None, num_warps=4,
+        USE_HIST=hist is not None, num_warps=TILE_LIST_WARPS,
     )  # fmt: skip
     return lists, counts
 

@@ -65,8 +65,9 @@ from .forward import LN2, _kept, _sorted_runs, _tile_rows, window_tiles
 # per SM over all (b, kv head) (None: one program per chunk, a static bound on the chunk
 # count) and its software-pipeline stages (1: no pipelining); warps of the combine and its
 # persistent programs per SM (None: one program per tile); blocks per prefix-sum step;
-# tokens per list window (None: one window).
-# Defaults from tools/gpu_nsa_blocks.py's sweeps on the H200 (docs/perf/nsa.md, v4 and v6).
+# tokens per list window (None: one window); warps of the fill kernel.
+# Defaults from tools/gpu_nsa_blocks.py's sweeps on the H200 (docs/perf/nsa.md, v4 and v6;
+# FILL_WARPS from v11: 0.077 ms on 4 warps, 0.072 on 2, 0.074 on 1).
 CHUNK_ROWS = 128
 PARTIAL_WARPS = 4
 PARTIAL_WAVES = 16
@@ -75,6 +76,7 @@ COMBINE_WARPS = 16
 COMBINE_WAVES = 8
 PREFIX_BLOCK = 4096
 LIST_WINDOW = 4096
+FILL_WARPS = 2
 
 
 @triton.jit
@@ -334,7 +336,7 @@ def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t, chunk)
         block_idx, counts, hist, row_ptr, col, code, T, NB, NW,
         window_tiles(counts.shape[1], NW), L, code.shape[1], min_blocks,
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=triton.next_power_of_2(block_t * S),
-        CHUNK=chunk, num_warps=4,
+        CHUNK=chunk, num_warps=FILL_WARPS,
     )  # fmt: skip
     return row_ptr, col, code
 
