@@ -175,13 +175,6 @@ def launch_probe():
     return rows
 
 
-def check_persist(B, snap, tile):
-    s = chk.make_set(B, HV, 3)
-    persist_fn(s, B, snap, *tile)()
-    chk.sync()
-    return check_outputs(s, B, snap)
-
-
 def floor_fn(s, B, snap, bv, sub, warps, stages, kc):
     o = s.setdefault("o_floor", torch.empty(B * T, HV, V, device=chk.DEV, dtype=torch.float32))
     sn = s["inter_ssm"]
@@ -199,10 +192,10 @@ def floor_fn(s, B, snap, bv, sub, warps, stages, kc):
     return fn
 
 
-def check_floor(B, snap, tile):
-    """The floor kernel computes what it claims (so the timed work is real)."""
+def check_tile(make_fn, B, snap, tile):
+    """The floor kernel of `make_fn` computes what it claims (so the timed work is real)."""
     s = chk.make_set(B, HV, 3)
-    floor_fn(s, B, snap, *tile)()
+    make_fn(s, B, snap, *tile)()
     chk.sync()
     return check_outputs(s, B, snap)
 
@@ -293,12 +286,12 @@ def unfused_parts(s, B):
     return {"conv alone": conv, "recurrent+ring alone": rec(True), "recurrent alone": rec(False)}
 
 
-def sweep(B, snap, key, tile_iter, check, make_fn, sets):
+def sweep(B, snap, key, tile_iter, make_fn, sets):
     """Check and time each tile of one floor kernel; print a line per tile and the best."""
     rows, best = [], None
     for tile in tile_iter:
         try:
-            err = check(B, snap, tile)
+            err = check_tile(make_fn, B, snap, tile)
             us = time_fns([make_fn(s, B, snap, *tile) for s in sets])
         except Exception as e:  # a tile that does not compile or fit
             print(f"B={B} snap={snap} {key}={tile} failed: {type(e).__name__}", flush=True)
@@ -373,14 +366,12 @@ def main():
             print(json.dumps({"B": B, "alone_cold_us": alone}), flush=True)
             rows.append({"B": B, "alone": alone})
         for snap in (False, True) if args.part == "persist" else ():
-            rows += sweep(B, snap, "persist", persist_tiles(snap), check_persist, persist_fn, sets)
+            rows += sweep(B, snap, "persist", persist_tiles(snap), persist_fn, sets)
         for snap in snaps:
-            rows += sweep(B, snap, "tile", tiles(args.part, B), check_floor, floor_fn, sets)
+            rows += sweep(B, snap, "tile", tiles(args.part, B), floor_fn, sets)
         for snap in (1, 2) if args.part == "full" else ():
-            rows += sweep(B, snap, "tile", FULL_GRID_TILES, check_floor, floor_fn, sets)
-            rows += sweep(
-                B, snap, "persist", FULL_PERSIST_TILES, check_persist, persist_fn, sets
-            )  # fmt: skip
+            rows += sweep(B, snap, "tile", FULL_GRID_TILES, floor_fn, sets)
+            rows += sweep(B, snap, "persist", FULL_PERSIST_TILES, persist_fn, sets)
         del sets
     if args.out:
         with open(os.path.join(args.out, f"kda_floor_{args.part}.json"), "w") as f:
