@@ -254,6 +254,25 @@ def test_partial_chunk_sizes(rows, waves, window, schedule, monkeypatch):
     check_forward(q, k, v, make_idx("odd", B, Hkv, T, bs, S), bs)
 
 
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"G{c[1] // c[2]}-T{c[3]}-{c[7]}")
+def test_combine_two_pass(case, schedule, monkeypatch):
+    """Both forms of the combine (COMBINE_TWO_PASS: every slot's index and lse read first,
+    or a running max): o and lse against the reference, rows with no kept slot included,
+    and within fp32 rounding of each other (the same sums, rescaled in another order)."""
+    schedule("blocks")
+    B, Hq, Hkv, T, D, bs, S, pattern = case
+    q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=43)
+    idx = make_idx(pattern, B, Hkv, T, bs, S)
+    monkeypatch.setattr(forward_blocks, "COMBINE_TWO_PASS", False)
+    one = check_forward(q, k, v, idx, bs)
+    monkeypatch.setattr(forward_blocks, "COMBINE_TWO_PASS", True)
+    two = check_forward(q, k, v, idx, bs)
+    assert rel_err(two[0], one[0]) < 1e-6
+    finite = torch.isfinite(one[1])
+    assert torch.equal(finite, torch.isfinite(two[1]))
+    assert torch.allclose(two[1][finite], one[1][finite], rtol=1e-6, atol=1e-6)
+
+
 def test_backward_with_lse_from_block_path(schedule):
     """The backward takes lse from a block-path forward; gradients match the reference."""
     schedule("blocks")
@@ -292,6 +311,34 @@ def test_bf16_on_gpu(G, pattern, sched, schedule):
     assert (lse[~empty] - rlse[~empty]).abs().max() < 2e-2
     again = fwd(q, k, v, idx, bs, return_lse=True)
     assert torch.equal(o, again[0]) and torch.equal(lse, again[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pattern", ["recent", "random"])
+def test_combine_two_pass_on_gpu(pattern, schedule, monkeypatch):
+    """bf16 on a GPU, block path only: the two-pass combine against the fp32 dense
+    reference and the one-pass combine (both timed in docs/perf/nsa.md, v12); two calls
+    agree bitwise."""
+    schedule("blocks")
+    B, Hq, Hkv, T, D, bs, S = 1, 16, 4, 1000, 64, 32, 16
+    g = torch.Generator(device="cuda").manual_seed(7)
+    q, k, v = [
+        torch.randn(B, H, T, D, generator=g, device="cuda", dtype=torch.bfloat16)
+        for H in (Hq, Hkv, Hkv)
+    ]
+    make = make_block_idx_recent if pattern == "recent" else make_block_idx_random
+    idx = make(B, Hkv, T, bs, S, "cuda")
+    ro = selection_forward_reference(q.float(), k.float(), v.float(), idx, bs)
+    monkeypatch.setattr(forward_blocks, "COMBINE_TWO_PASS", False)
+    one = fwd(q, k, v, idx, bs, return_lse=True)
+    monkeypatch.setattr(forward_blocks, "COMBINE_TWO_PASS", True)
+    two = fwd(q, k, v, idx, bs, return_lse=True)
+    assert rel_err(two[0], ro) < 1e-2 and rel_err(two[0], one[0]) < 1e-2
+    finite = torch.isfinite(one[1])
+    assert torch.equal(finite, torch.isfinite(two[1]))
+    assert (two[1][finite] - one[1][finite]).abs().max() < 1e-4
+    again = fwd(q, k, v, idx, bs, return_lse=True)
+    assert torch.equal(two[0], again[0]) and torch.equal(two[1], again[1])
 
 
 def test_overlap_knob_is_checked_and_off_on_the_cpu(monkeypatch):

@@ -38,8 +38,10 @@ CUDA graph):
 5. `_combine_kernel`, per block-handled tile: for each row, the partials of its kept slots
    (kept is recomputed from block_idx, so unwritten partials are never read), in slot order:
    with M = max lse_s and w_s = exp2(lse_s - M), o = sum_s w_s o_part_s / sum_s w_s and
-   lse = (M + log2 sum_s w_s) ln 2 (M kept as a running max, the sums rescaled when it
-   grows). Rows with no kept slot get o = 0 and lse = -inf, as on the token-tile path.
+   lse = (M + log2 sum_s w_s) ln 2. By default (COMBINE_TWO_PASS) every slot's index and
+   lse are read first, so M and the weights are known before the partials are read, all
+   at once; otherwise M is a running max and the sums are rescaled when it grows. Rows
+   with no kept slot get o = 0 and lse = -inf, as on the token-tile path.
 
 Determinism: a row's partial depends only on its own q row and its block (the tensor-core
 dot gives each output row the same result wherever the row sits in the tile), and it is
@@ -77,6 +79,11 @@ COMBINE_WAVES = 8
 PREFIX_BLOCK = 4096
 LIST_WINDOW = 4096
 FILL_WARPS = 2
+# Whether the combine reads every slot's index and lse before any partial (`_combine_tile`).
+# On: 127 registers per thread, one 16-warp program per SM with all of a tile's partial
+# loads in flight; off: 57, two programs per SM, one slot's loads at a time. Measured
+# (docs/perf/nsa.md, v12): combine 0.378 -> 0.335 ms, random forward 1.229 -> 1.182 ms.
+COMBINE_TWO_PASS = True
 
 
 @triton.jit
@@ -228,36 +235,63 @@ def _partial_kernel(
 def _combine_tile(
     IDX, PART_O, PART_L, O, LSE, pid_t, i_bh, T, NB, Hq, G,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_G: tl.constexpr,
+    BLOCK_G: tl.constexpr, TWO_PASS: tl.constexpr,
 ):  # fmt: skip
     """o and lse of the rows of one block-handled tile from their slots' partials (step 5),
-    slot by slot in a fixed order, with a running max as in the online softmax."""
+    slot by slot in a fixed order. One pass: a running max as in the online softmax, each
+    slot's weight known when its partial arrives. TWO_PASS: every slot's index and lse
+    first (small loads, all issued at once), so the max and the weights are known before
+    any partial is read; the partials' loads then depend on nothing but the indices, and
+    the sum over slots needs no rescaling."""
     Hkv = Hq // G
     i_t, i_g, row_ok = _tile_rows(pid_t, T, G, BLOCK_T, BLOCK_G)
     i_d = tl.arange(0, D)
     o_row = (((i_bh // Hkv) * Hq + (i_bh % Hkv) * G + i_g).to(tl.int64) * T + i_t) * D
     o_slot0 = i_bh.to(tl.int64) * T * S + i_t * S  # flat slot index of each row's slot 0
-    b_m = tl.full([BLOCK_T * BLOCK_G], float("-inf"), tl.float32)
-    b_l = tl.zeros([BLOCK_T * BLOCK_G], tl.float32)
-    b_acc = tl.zeros([BLOCK_T * BLOCK_G, D], tl.float32)
-    for s in tl.static_range(S):
-        # Only kept slots were given a partial: the others are never read.
-        b_j = tl.load(IDX + o_slot0 + s, mask=row_ok, other=-1)
-        kept = row_ok & _kept(b_j, i_t, T, NB, BS)
-        o_part = (o_slot0 + s) * G + i_g
-        b_ls = tl.load(PART_L + o_part, mask=kept, other=float("-inf"))
-        p_o = PART_O + o_part[:, None] * D + i_d[None, :]
-        b_o = tl.load(p_o, mask=kept[:, None], other=0.0).to(tl.float32)
-        m_new = tl.maximum(b_m, b_ls)
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with no kept slot yet
-        alpha = tl.exp2(b_m - m_safe)
-        b_w = tl.exp2(b_ls - m_safe)  # 0 for dropped slots
-        b_l = b_l * alpha + b_w
-        b_acc = b_acc * alpha[:, None] + b_w[:, None] * b_o
-        b_m = m_new
+    if TWO_PASS:
+        b_kept = ()
+        b_lse = ()
+        b_m = tl.full([BLOCK_T * BLOCK_G], float("-inf"), tl.float32)
+        for s in tl.static_range(S):
+            # Only kept slots were given a partial: the others are never read.
+            b_j = tl.load(IDX + o_slot0 + s, mask=row_ok, other=-1)
+            kept = row_ok & _kept(b_j, i_t, T, NB, BS)
+            b_ls = tl.load(PART_L + (o_slot0 + s) * G + i_g, mask=kept, other=float("-inf"))
+            b_kept = b_kept + (kept,)
+            b_lse = b_lse + (b_ls,)
+            b_m = tl.maximum(b_m, b_ls)
+        m_safe = tl.where(b_m == float("-inf"), 0.0, b_m)  # rows with no kept slot
+        b_l = tl.zeros([BLOCK_T * BLOCK_G], tl.float32)
+        b_acc = tl.zeros([BLOCK_T * BLOCK_G, D], tl.float32)
+        for s in tl.static_range(S):
+            b_w = tl.exp2(b_lse[s] - m_safe)  # 0 for dropped slots
+            p_o = PART_O + ((o_slot0 + s) * G + i_g)[:, None] * D + i_d[None, :]
+            b_o = tl.load(p_o, mask=b_kept[s][:, None], other=0.0).to(tl.float32)
+            b_l += b_w
+            b_acc += b_w[:, None] * b_o
+    else:
+        b_m = tl.full([BLOCK_T * BLOCK_G], float("-inf"), tl.float32)
+        b_l = tl.zeros([BLOCK_T * BLOCK_G], tl.float32)
+        b_acc = tl.zeros([BLOCK_T * BLOCK_G, D], tl.float32)
+        for s in tl.static_range(S):
+            # Only kept slots were given a partial: the others are never read.
+            b_j = tl.load(IDX + o_slot0 + s, mask=row_ok, other=-1)
+            kept = row_ok & _kept(b_j, i_t, T, NB, BS)
+            o_part = (o_slot0 + s) * G + i_g
+            b_ls = tl.load(PART_L + o_part, mask=kept, other=float("-inf"))
+            p_o = PART_O + o_part[:, None] * D + i_d[None, :]
+            b_o = tl.load(p_o, mask=kept[:, None], other=0.0).to(tl.float32)
+            m_new = tl.maximum(b_m, b_ls)
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no kept slot yet
+            alpha = tl.exp2(b_m - m_safe)
+            b_w = tl.exp2(b_ls - m_safe)  # 0 for dropped slots
+            b_l = b_l * alpha + b_w
+            b_acc = b_acc * alpha[:, None] + b_w[:, None] * b_o
+            b_m = m_new
+        m_safe = b_m
     has_key = b_l > 0
     b_l = tl.where(has_key, b_l, 1.0)
-    b_lse = tl.where(has_key, (b_m + tl.log2(b_l)) * LN2, float("-inf"))
+    b_lse = tl.where(has_key, (m_safe + tl.log2(b_l)) * LN2, float("-inf"))
     p_out = O + o_row[:, None] + i_d[None, :]
     tl.store(p_out, (b_acc / b_l[:, None]).to(O.dtype.element_ty), mask=row_ok[:, None])
     tl.store(LSE + o_row // D, b_lse, mask=row_ok)
@@ -267,7 +301,7 @@ def _combine_tile(
 def _combine_kernel(
     IDX, COUNT, PART_O, PART_L, O, LSE, T, NB, Hq, G, MIN_BLOCKS, N_TILES,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_G: tl.constexpr,
+    BLOCK_G: tl.constexpr, TWO_PASS: tl.constexpr,
 ):  # fmt: skip
     """Tiles pid, pid + num_programs, ... of one (b, kv head): the block-handled ones are
     combined, the others skipped (persistent programs: on the 'recent' pattern no tile is
@@ -278,7 +312,7 @@ def _combine_kernel(
         if tl.load(COUNT + i_bh.to(tl.int64) * N_TILES + pid_t) > MIN_BLOCKS:
             _combine_tile(
                 IDX, PART_O, PART_L, O, LSE, pid_t, i_bh, T, NB, Hq, G, S, D, BS, BLOCK_T,
-                BLOCK_G,
+                BLOCK_G, TWO_PASS,
             )  # fmt: skip
         pid_t += tl.num_programs(0)
 
@@ -382,5 +416,5 @@ def block_major_forward(
     _combine_kernel[(n_comb, BH)](
         block_idx, counts, part_o, part_l, o, lse, dims.T, dims.NB, dims.Hq, dims.G,
         min_blocks, n_tiles, S=dims.S, D=dims.D, BS=dims.block_size, BLOCK_T=block_t,
-        BLOCK_G=block_g, num_warps=COMBINE_WARPS,
+        BLOCK_G=block_g, TWO_PASS=COMBINE_TWO_PASS, num_warps=COMBINE_WARPS,
     )  # fmt: skip
