@@ -69,13 +69,14 @@ from .forward import LN2, _kept, _sorted_runs, _tile_rows, window_tiles
 # persistent programs per SM (None: one program per tile); blocks per prefix-sum step;
 # tokens per list window (None: one window); warps of the fill kernel.
 # Defaults from tools/gpu_nsa_blocks.py's sweeps on the H200 (docs/perf/nsa.md, v4 and v6;
-# FILL_WARPS from v11: 0.077 ms on 4 warps, 0.072 on 2, 0.074 on 1).
+# FILL_WARPS from v11: 0.077 ms on 4 warps, 0.072 on 2, 0.074 on 1; COMBINE_WAVES from
+# v12, with the two-pass combine).
 CHUNK_ROWS = 128
 PARTIAL_WARPS = 4
 PARTIAL_WAVES = 16
 PARTIAL_STAGES = 2
 COMBINE_WARPS = 16
-COMBINE_WAVES = 8
+COMBINE_WAVES = 1
 PREFIX_BLOCK = 4096
 LIST_WINDOW = 4096
 FILL_WARPS = 2
@@ -83,6 +84,8 @@ FILL_WARPS = 2
 # On: 127 registers per thread, one 16-warp program per SM with all of a tile's partial
 # loads in flight; off: 57, two programs per SM, one slot's loads at a time. Measured
 # (docs/perf/nsa.md, v12): combine 0.378 -> 0.335 ms, random forward 1.229 -> 1.182 ms.
+# With one program per SM resident, COMBINE_WAVES = 1 (132 programs walking the tiles)
+# measured best: 0.334 -> 0.315 ms, and the 'recent' pattern's count-only pass 4 us less.
 COMBINE_TWO_PASS = True
 
 
