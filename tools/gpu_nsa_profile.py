@@ -5,7 +5,9 @@ timed with the suite's timer, and the random pattern's device time per kernel.
 
 KNOB=VALUE sets a knob of `kernels.nsa.forward_blocks` (e.g. PARTIAL_STAGES=3) or, failing
 that, of `kernels.nsa.forward` (e.g. OVERLAP_TILE_KERNEL=False) for the run.
-Prints one JSON line: the tag, ms per call for 'random' and 'recent' (median of
+Before timing a pattern it checks o and lse against the token-tile schedule (exits if
+they differ beyond bf16 rounding). Prints one JSON line: the tag, o's relative error per
+pattern, ms per call for 'random' and 'recent' (median of
 `benchmarks.common.per_call_seconds`: 2 calls captured in a CUDA graph, as the asv suite
 times them) and ms per call of each block-path kernel (torch.profiler, 5 eager calls).
 For an A/B of two commits, run it from two checkouts in turn, alternating, on one GPU:
@@ -29,6 +31,25 @@ from kernels.nsa.indices import make_block_idx_random, make_block_idx_recent  # 
 
 KERNELS = ("_partial_kernel", "_combine_kernel", "_fill_kernel", "_sel_fwd_kernel",
            "_tile_list_kernel", "_prefix_kernel")  # fmt: skip
+
+
+def check(q, k, v, idx, bs):
+    """o's relative error against the token-tile schedule (another algorithm: each token's
+    blocks in turn, no partials), and lse's largest difference; exits before any timing
+    when they are beyond bf16 rounding, so a wrong setting never prints a time."""
+    o, lse = selection_forward_triton(q, k, v, idx, bs, return_lse=True)
+    saved = forward.FORWARD_SCHEDULE
+    forward.FORWARD_SCHEDULE = "tile"
+    try:
+        ro, rlse = selection_forward_triton(q, k, v, idx, bs, return_lse=True)
+    finally:
+        forward.FORWARD_SCHEDULE = saved
+    err = ((o.float() - ro.float()).norm() / ro.float().norm()).item()
+    finite = torch.isfinite(rlse)
+    dlse = (lse[finite] - rlse[finite]).abs().max().item()
+    if not (err < 1e-2 and dlse < 2e-2 and torch.equal(finite, torch.isfinite(lse))):
+        raise SystemExit(f"check failed: o rel err {err:.2e}, lse max diff {dlse:.2e}")
+    return float(f"{err:.2e}")
 
 
 def main():
@@ -55,6 +76,7 @@ def main():
         def call():
             return selection_forward_triton(q, k, v, idx, bs)
 
+        res[f"{pattern}_err"] = check(q, k, v, idx, bs)
         res[pattern] = round(statistics.median(per_call_seconds([call], 2)) * 1e3, 4)
         if pattern == "random":
             from torch.profiler import ProfilerActivity, profile
