@@ -236,15 +236,18 @@ def test_block_path_is_deterministic(schedule, monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
 
 
+@pytest.mark.parametrize("prefetch", [False, True], ids=["", "prefetch"])
 @pytest.mark.parametrize(
     "rows,waves,window", [(16, None, None), (256, 1, 16), (16, 1, 8), (64, 2, 32)]
 )
-def test_partial_chunk_sizes(rows, waves, window, schedule, monkeypatch):
+def test_partial_chunk_sizes(rows, waves, window, prefetch, schedule, monkeypatch):
     """fp32 chunks of 2 entries (one program per chunk), of 32 entries (most of a block's
     places padding, one persistent program per head) and of 8, with persistent programs
     walking many chunks each; list windows of 1, 2 and 4 tiles; the combine with one
-    program per tile or persistent programs walking many tiles."""
+    program per tile or persistent programs walking many tiles. With PARTIAL_PREFETCH each
+    program reads its next chunk's places ahead, past the last chunk at the end."""
     schedule("blocks")
+    monkeypatch.setattr(forward_blocks, "PARTIAL_PREFETCH", prefetch)
     monkeypatch.setattr(forward_blocks, "CHUNK_ROWS", rows)
     monkeypatch.setattr(forward_blocks, "LIST_WINDOW", window)
     monkeypatch.setattr(forward_blocks, "COMBINE_WAVES", waves)

@@ -31,12 +31,14 @@ STORE_O = (
 )
 STORE_L = ("b_m + tl.log2(b_l), mask=ok)", "b_m + tl.log2(b_l), mask=ok" + NEVER + ")")
 LOAD_Q = (
-    "mask=ok[:, None], other=0.0)\n    i_k",
-    "mask=ok[:, None]" + NEVER + ", other=0.0)\n    i_k",
+    "b_q = tl.load(Q + o_q[:, None] + i_d[None, :])",
+    "b_q = tl.load(Q + o_q[:, None] + i_d[None, :], mask=qk_scale < 0, other=0.0)",
 )
 LOAD_KV = (
-    "k_ok = ((i_k >= 0) & (i_k < T))[:, None]",
-    "k_ok = ((i_k >= 0) & (i_k < T)" + NEVER + ")[:, None]",
+    "b_k = tl.load(K + o_kv[:, None] + i_d[None, :])\n"
+    "    b_v = tl.load(V + o_kv[:, None] + i_d[None, :])",
+    "b_k = tl.load(K + o_kv[:, None] + i_d[None, :], mask=qk_scale < 0, other=0.0)\n"
+    "    b_v = tl.load(V + o_kv[:, None] + i_d[None, :], mask=qk_scale < 0, other=0.0)",
 )
 VARIANTS = {
     "base": [],

@@ -87,6 +87,9 @@ FILL_WARPS = 2
 # With one program per SM resident, COMBINE_WAVES = 1 (132 programs walking the tiles)
 # measured best: 0.334 -> 0.315 ms, and the 'recent' pattern's count-only pass 4 us less.
 COMBINE_TWO_PASS = True
+# Whether each partial-kernel iteration reads the next chunk's list places and code before
+# computing its own (`_partial_kernel`).
+PARTIAL_PREFETCH = False
 
 
 @triton.jit
@@ -145,31 +148,55 @@ def _fill_kernel(
 
 
 @triton.jit
+def _chunk_entries(
+    COL, CODE, c, o_list, o_code, n_chunks, CHUNK: tl.constexpr, BLOCK_G: tl.constexpr
+):
+    """The list places of chunk c's rows (flat slot t * S + s; -1 on padding) and the
+    chunk's code (2 j + 1 when a row needs the causal mask, else 2 j). Row r of a chunk is
+    head r % BLOCK_G of the chunk's entry r // BLOCK_G. A chunk past the lists (c >=
+    n_chunks, read ahead by the last iteration) comes back as padding."""
+    i_r = tl.arange(0, CHUNK * BLOCK_G)
+    live = c < n_chunks
+    i_slot = tl.load(COL + o_list + c * CHUNK + i_r // BLOCK_G, mask=live, other=-1)
+    b_code = tl.load(CODE + o_code + c, mask=live, other=0)
+    return i_slot, b_code
+
+
+@triton.jit
 def _partial_chunk(
-    Q, K, V, COL, CODE, PART_O, PART_L, c, o_list, o_code, o_slots, o_head, p_kv, T, G, qk_scale,
+    Q, K, V, PART_O, PART_L, i_slot, b_code, T, G, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
-    BLOCK_G: tl.constexpr, PREC: tl.constexpr, SCALE_POS: tl.constexpr,
+    BLOCK_G: tl.constexpr, PREC: tl.constexpr, SCALE_POS: tl.constexpr, OFF64: tl.constexpr,
+    EVEN_G: tl.constexpr,
 ):  # fmt: skip
-    """Partial softmax of every real row of chunk c over the chunk's block (step 4).
-    SCALE_POS: qk_scale > 0, so that the row max can be taken before scaling."""
-    # Row r of a chunk is head r % BLOCK_G of the chunk's entry r // BLOCK_G.
+    """Partial softmax of every real row of one chunk over the chunk's block (step 4).
+    Q, K, V, PART_O, PART_L point at the program's (b, kv head): the group's first query
+    head, its K/V head and its partials. i_slot, b_code: from `_chunk_entries`.
+    SCALE_POS: qk_scale > 0, so that the row max can be taken before scaling. OFF64: the
+    per-row offsets need 64 bits (T * S * BLOCK_G * D >= 2**31). EVEN_G: G == BLOCK_G."""
     i_r = tl.arange(0, CHUNK * BLOCK_G)
     i_g = i_r % BLOCK_G
     i_d = tl.arange(0, D)
-    i_e = c * CHUNK + i_r // BLOCK_G
-    i_slot = tl.load(COL + o_list + i_e)  # -1 on padding
     ok = (i_slot >= 0) & (i_g < G)
-    # The chunk's block j and whether any row needs the causal mask (CODE = 2 j + 1), one
-    # scalar written by the fill kernel: no reduction over the chunk's rows here.
-    b_code = tl.load(CODE + o_code + c)
     j = b_code // 2
-    i_t = i_slot // S
-    o_q = ((o_head + i_g).to(tl.int64) * T + i_t) * D
-    b_q = tl.load(Q + o_q[:, None] + i_d[None, :], mask=ok[:, None], other=0.0)
+    # Padding rows (slot -1) read token 0's q row, a valid address: their results are
+    # never stored, so the q loads need a mask only for a padded group (G < BLOCK_G).
+    i_t = tl.maximum(i_slot, 0) // S
+    if OFF64:
+        o_q = (i_g.to(tl.int64) * T + i_t) * D
+    else:
+        o_q = (i_g * T + i_t) * D
+    if EVEN_G:
+        b_q = tl.load(Q + o_q[:, None] + i_d[None, :])
+    else:
+        b_q = tl.load(Q + o_q[:, None] + i_d[None, :], mask=(i_g < G)[:, None], other=0.0)
+    # Keys past T (the tail of the last block) read key T - 1 instead of being masked: a
+    # token that chose the last block lies inside it, so its chunk takes the causal mask,
+    # which drops every key past the token (i_k, not the clamped address).
     i_k = j * BS + tl.arange(0, BS)
-    k_ok = ((i_k >= 0) & (i_k < T))[:, None]
-    b_k = tl.load(K + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
-    b_v = tl.load(V + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
+    o_kv = tl.minimum(i_k, T - 1) * D
+    b_k = tl.load(K + o_kv[:, None] + i_d[None, :])
+    b_v = tl.load(V + o_kv[:, None] + i_d[None, :])
     b_s = tl.dot(b_q, tl.trans(b_k), input_precision=PREC)
     if not SCALE_POS:
         b_s = b_s * qk_scale
@@ -191,7 +218,10 @@ def _partial_chunk(
         b_p = tl.exp2(b_s - b_m[:, None])
     b_l = tl.where(ok, tl.sum(b_p, axis=1), 1.0)
     b_o = tl.dot(b_p.to(b_v.dtype), b_v, input_precision=PREC) * (1.0 / b_l)[:, None]
-    o_part = (o_slots + i_slot) * G + i_g
+    if OFF64:
+        o_part = i_slot.to(tl.int64) * G + i_g
+    else:
+        o_part = i_slot * G + i_g
     p_o = PART_O + o_part[:, None] * D + i_d[None, :]
     tl.store(p_o, b_o.to(PART_O.dtype.element_ty), mask=ok[:, None])
     tl.store(PART_L + o_part, b_m + tl.log2(b_l), mask=ok)
@@ -202,35 +232,63 @@ def _partial_kernel(
     Q, K, V, ROW_PTR, COL, CODE, PART_O, PART_L, T, NL, Hq, G, L, NC, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
     BLOCK_G: tl.constexpr, PREC: tl.constexpr, SCALE_POS: tl.constexpr, STAGES: tl.constexpr,
-    PIPELINED: tl.constexpr,
+    PIPELINED: tl.constexpr, OFF64: tl.constexpr, EVEN_G: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):  # fmt: skip
     """Chunks pid, pid + num_programs, ... of the lists of one (b, kv head) (step 4).
     PIPELINED: a `tl.range` loop that Triton software-pipelines over STAGES; otherwise
     (the interpreter, which cannot run `tl.range` over a loaded bound) a `while` loop over
-    the same chunks."""
+    the same chunks. PREFETCH: each iteration reads the next chunk's list places and code
+    before it computes its own, so the next chunk's gathers need not wait for them."""
     pid = tl.program_id(0)
     i_bh = tl.program_id(1)
     n_prog = tl.num_programs(0)
     Hkv = Hq // G
     o_head = (i_bh // Hkv) * Hq + (i_bh % Hkv) * G  # first query head of the group
+    # The program's bases (64-bit scalars); per-row offsets from them fit 32 bits unless OFF64.
+    Q += o_head.to(tl.int64) * T * D
+    K += i_bh.to(tl.int64) * T * D
+    V += i_bh.to(tl.int64) * T * D
+    PART_O += i_bh.to(tl.int64) * T * S * G * D
+    PART_L += i_bh.to(tl.int64) * T * S * G
     o_list = i_bh.to(tl.int64) * L
     o_code = i_bh.to(tl.int64) * NC
-    o_slots = i_bh.to(tl.int64) * T * S
-    p_kv = i_bh.to(tl.int64) * T * D
     n_chunks = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NL + 1) + NL) // CHUNK
+    if PREFETCH:
+        i_slot, b_code = _chunk_entries(COL, CODE, pid, o_list, o_code, n_chunks, CHUNK, BLOCK_G)
     if PIPELINED:
         for c in tl.range(pid, n_chunks, n_prog, num_stages=STAGES):
+            if PREFETCH:
+                i_next, code_next = _chunk_entries(
+                    COL, CODE, c + n_prog, o_list, o_code, n_chunks, CHUNK, BLOCK_G
+                )
+            else:
+                i_slot, b_code = _chunk_entries(
+                    COL, CODE, c, o_list, o_code, n_chunks, CHUNK, BLOCK_G
+                )
             _partial_chunk(
-                Q, K, V, COL, CODE, PART_O, PART_L, c, o_list, o_code, o_slots, o_head, p_kv, T, G,
-                qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC, SCALE_POS,
+                Q, K, V, PART_O, PART_L, i_slot, b_code, T, G, qk_scale, S, D, BS, CHUNK, BLOCK_G,
+                PREC, SCALE_POS, OFF64, EVEN_G,
             )  # fmt: skip
+            if PREFETCH:
+                i_slot, b_code = i_next, code_next
     else:
         c = pid
         while c < n_chunks:
+            if PREFETCH:
+                i_next, code_next = _chunk_entries(
+                    COL, CODE, c + n_prog, o_list, o_code, n_chunks, CHUNK, BLOCK_G
+                )
+            else:
+                i_slot, b_code = _chunk_entries(
+                    COL, CODE, c, o_list, o_code, n_chunks, CHUNK, BLOCK_G
+                )
             _partial_chunk(
-                Q, K, V, COL, CODE, PART_O, PART_L, c, o_list, o_code, o_slots, o_head, p_kv, T, G,
-                qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC, SCALE_POS,
+                Q, K, V, PART_O, PART_L, i_slot, b_code, T, G, qk_scale, S, D, BS, CHUNK, BLOCK_G,
+                PREC, SCALE_POS, OFF64, EVEN_G,
             )  # fmt: skip
+            if PREFETCH:
+                i_slot, b_code = i_next, code_next
             c += n_prog
 
 
@@ -410,7 +468,10 @@ def block_major_forward(
         col.shape[1], code.shape[1], qk_scale, S=dims.S, D=dims.D, BS=dims.block_size,
         CHUNK=chunk, BLOCK_G=block_g, PREC=prec, SCALE_POS=qk_scale > 0,
         STAGES=PARTIAL_STAGES,
-        PIPELINED=not isinstance(_partial_kernel, InterpretedFunction), num_warps=PARTIAL_WARPS,
+        PIPELINED=not isinstance(_partial_kernel, InterpretedFunction),
+        OFF64=dims.T * dims.S * block_g * dims.D >= 2**31, EVEN_G=dims.G == block_g,
+        PREFETCH=PARTIAL_PREFETCH,
+        num_warps=PARTIAL_WARPS,
     )  # fmt: skip
     n_tiles = counts.shape[1]
     n_comb = n_tiles
