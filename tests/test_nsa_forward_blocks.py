@@ -153,16 +153,12 @@ def test_special_indices_int64_and_scale(scale, schedule):
     assert torch.isinf(lse[0, :2, [3, 20, T - 1]]).all()
 
 
-@pytest.mark.parametrize(
-    "chunk,windows,sort",
-    [(1, 1, True), (3, 1, True), (8, 1, True), (3, 4, True), (1, 1, False), (3, 4, False)],
-)
-def test_block_lists_are_the_inverse_of_block_idx(chunk, windows, sort, monkeypatch):
+@pytest.mark.parametrize("chunk,windows", [(1, 1), (3, 1), (8, 1), (3, 4)])
+def test_block_lists_are_the_inverse_of_block_idx(chunk, windows):
     """For each (b, kv head, window, block): exactly the kept slots of the window's
     block-handled tiles, as flat slot indices t * S + s, with their block and whether the
     token lies inside it, then -1 up to a multiple of `chunk` places; the histogram is
-    consumed to zero. Both fills: one atomic per run of a block (FILL_SORT) or per slot."""
-    monkeypatch.setattr(forward_blocks, "FILL_SORT", sort)
+    consumed to zero."""
     T, bs, S, block_t = 45, 8, 3, 4
     idx = odd_block_idx(2, 2, T, bs, S, seed=34).long()
     idx[1, 0, 30] = torch.tensor([2**32 + 1, 1, -1])

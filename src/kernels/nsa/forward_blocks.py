@@ -90,9 +90,6 @@ COMBINE_TWO_PASS = True
 # Whether each partial-kernel iteration reads the next chunk's list places and code before
 # computing its own (`_partial_kernel`).
 PARTIAL_PREFETCH = False
-# Whether the fill kernel sorts a tile's slots to claim each block's places with one atomic
-# (`_fill_kernel`); otherwise one atomic per slot.
-FILL_SORT = True
 
 
 @triton.jit
@@ -115,11 +112,9 @@ def _prefix_kernel(HIST, ROW_PTR, NL, CHUNK: tl.constexpr, PB: tl.constexpr):
 def _fill_kernel(
     IDX, COUNT, HIST, ROW_PTR, COL, CODE, T, NB, NW, TPW, L, NC, MIN_BLOCKS,
     S: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, L_PAD: tl.constexpr,
-    CHUNK: tl.constexpr, SORT: tl.constexpr,
+    CHUNK: tl.constexpr,
 ):  # fmt: skip
-    """Place the kept slots of one block-handled tile in their blocks' lists (step 3).
-    SORT: the slots sorted by (block, slot) first, one atomic per run of a block; otherwise
-    one atomic per slot."""
+    """Place the kept slots of one block-handled tile in their blocks' lists (step 3)."""
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)
     if tl.load(COUNT + i_bh.to(tl.int64) * tl.num_programs(0) + pid_t) > MIN_BLOCKS:
@@ -129,29 +124,20 @@ def _fill_kernel(
         e0 = pid_t * BLOCK_T * S  # flat slot index of the tile's first slot
         b_j = tl.load(IDX + i_bh.to(tl.int64) * T * S + e0 + i_e, mask=ok, other=-1)
         b_j = tl.where(ok & _kept(b_j, i_t, T, NB, BS), b_j, NB).to(tl.int32)
-        if SORT:
-            # Sort by (block, slot); dropped slots (block NB) sort last.
-            b_key = tl.sort(b_j.to(tl.int64) * L_PAD + i_e)
-            b_j = (b_key // L_PAD).to(tl.int32)
-            i_slot = (b_key % L_PAD).to(tl.int32) + e0
-            _, last, start, end = _sorted_runs(b_j, i_e, L_PAD)
-            valid = b_j < NB
-            # HIST[bh, w, j] counts the list's unclaimed entries down: the run's last lane
-            # takes the run's length off it and the run fills the places [top - length, top).
-            i_list = (pid_t // TPW) * NB + b_j
-            p_hist = HIST + i_bh.to(tl.int64) * NW * NB + i_list
-            b_top = tl.atomic_add(p_hist, start - i_e - 1, mask=last & valid, sem="relaxed")
-            b_top = tl.gather(b_top, end, 0)
-            place = b_top - (end - i_e) - 1
-        else:
-            # Each kept slot claims its own place with one atomic (the old count, less one).
-            i_slot = e0 + i_e
-            valid = b_j < NB
-            i_list = (pid_t // TPW) * NB + b_j
-            p_hist = HIST + i_bh.to(tl.int64) * NW * NB + i_list
-            place = tl.atomic_add(p_hist, -1, mask=valid, sem="relaxed") - 1
+        # Sort by (block, slot); dropped slots (block NB) sort last.
+        b_key = tl.sort(b_j.to(tl.int64) * L_PAD + i_e)
+        b_j = (b_key // L_PAD).to(tl.int32)
+        i_slot = (b_key % L_PAD).to(tl.int32) + e0
+        _, last, start, end = _sorted_runs(b_j, i_e, L_PAD)
+        valid = b_j < NB
+        # HIST[bh, w, j] counts the list's unclaimed entries down: the run's last lane takes
+        # the run's length off it and the run fills the places [top - length, top).
+        i_list = (pid_t // TPW) * NB + b_j
+        p_hist = HIST + i_bh.to(tl.int64) * NW * NB + i_list
+        b_top = tl.atomic_add(p_hist, start - i_e - 1, mask=last & valid, sem="relaxed")
+        b_top = tl.gather(b_top, end, 0)
         b_ptr = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NW * NB + 1) + i_list, mask=valid, other=0)
-        place += b_ptr
+        place = b_ptr + b_top - (end - i_e) - 1
         tl.store(COL + i_bh.to(tl.int64) * L + place, i_slot, mask=valid)
         # The chunk's code: its block, and whether any of its tokens lies inside the block
         # (only then does the causal mask matter). All entries of a chunk share the block,
@@ -445,7 +431,7 @@ def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t, chunk)
         block_idx, counts, hist, row_ptr, col, code, T, NB, NW,
         window_tiles(counts.shape[1], NW), L, code.shape[1], min_blocks,
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=triton.next_power_of_2(block_t * S),
-        CHUNK=chunk, SORT=FILL_SORT, num_warps=FILL_WARPS,
+        CHUNK=chunk, num_warps=FILL_WARPS,
     )  # fmt: skip
     return row_ptr, col, code
 
