@@ -153,12 +153,18 @@ def test_special_indices_int64_and_scale(scale, schedule):
     assert torch.isinf(lse[0, :2, [3, 20, T - 1]]).all()
 
 
-@pytest.mark.parametrize("chunk,windows", [(1, 1), (3, 1), (8, 1), (3, 4)])
-def test_block_lists_are_the_inverse_of_block_idx(chunk, windows):
+@pytest.mark.parametrize(
+    "chunk,windows,key64",
+    [(1, 1, False), (3, 1, False), (8, 1, False), (3, 4, False), (3, 4, True)],
+)
+def test_block_lists_are_the_inverse_of_block_idx(chunk, windows, key64, monkeypatch):
     """For each (b, kv head, window, block): exactly the kept slots of the window's
     block-handled tiles, as flat slot indices t * S + s, with their block and whether the
     token lies inside it, then -1 up to a multiple of `chunk` places; the histogram is
-    consumed to zero."""
+    consumed to zero. key64: the fill kernel's 64-bit sort keys (for NB * slots per tile
+    past 32 bits), forced by a zero limit."""
+    if key64:
+        monkeypatch.setattr(forward_blocks, "FILL_KEY32_MAX", 0)
     T, bs, S, block_t = 45, 8, 3, 4
     idx = odd_block_idx(2, 2, T, bs, S, seed=34).long()
     idx[1, 0, 30] = torch.tensor([2**32 + 1, 1, -1])

@@ -87,6 +87,9 @@ FILL_WARPS = 2
 # With one program per SM resident, COMBINE_WAVES = 1 (132 programs walking the tiles)
 # measured best: 0.334 -> 0.315 ms, and the 'recent' pattern's count-only pass 4 us less.
 COMBINE_TWO_PASS = True
+# Largest sort key the fill kernel keeps in 32 bits ((NB + 1) * padded slots per tile);
+# past it, 64-bit keys.
+FILL_KEY32_MAX = 2**31 - 1
 # Whether each partial-kernel iteration reads the next chunk's list places and code before
 # computing its own (`_partial_kernel`).
 PARTIAL_PREFETCH = False
@@ -112,7 +115,7 @@ def _prefix_kernel(HIST, ROW_PTR, NL, CHUNK: tl.constexpr, PB: tl.constexpr):
 def _fill_kernel(
     IDX, COUNT, HIST, ROW_PTR, COL, CODE, T, NB, NW, TPW, L, NC, MIN_BLOCKS,
     S: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, L_PAD: tl.constexpr,
-    CHUNK: tl.constexpr,
+    CHUNK: tl.constexpr, KEY64: tl.constexpr,
 ):  # fmt: skip
     """Place the kept slots of one block-handled tile in their blocks' lists (step 3)."""
     pid_t = tl.program_id(0)
@@ -124,8 +127,12 @@ def _fill_kernel(
         e0 = pid_t * BLOCK_T * S  # flat slot index of the tile's first slot
         b_j = tl.load(IDX + i_bh.to(tl.int64) * T * S + e0 + i_e, mask=ok, other=-1)
         b_j = tl.where(ok & _kept(b_j, i_t, T, NB, BS), b_j, NB).to(tl.int32)
-        # Sort by (block, slot); dropped slots (block NB) sort last.
-        b_key = tl.sort(b_j.to(tl.int64) * L_PAD + i_e)
+        # Sort by (block, slot); dropped slots (block NB) sort last. The keys are 32-bit
+        # unless (NB + 1) * L_PAD needs more (half the lane shuffles of 64-bit keys).
+        if KEY64:
+            b_key = tl.sort(b_j.to(tl.int64) * L_PAD + i_e)
+        else:
+            b_key = tl.sort(b_j * L_PAD + i_e)
         b_j = (b_key // L_PAD).to(tl.int32)
         i_slot = (b_key % L_PAD).to(tl.int32) + e0
         _, last, start, end = _sorted_runs(b_j, i_e, L_PAD)
@@ -431,7 +438,8 @@ def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t, chunk)
         block_idx, counts, hist, row_ptr, col, code, T, NB, NW,
         window_tiles(counts.shape[1], NW), L, code.shape[1], min_blocks,
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=triton.next_power_of_2(block_t * S),
-        CHUNK=chunk, num_warps=FILL_WARPS,
+        CHUNK=chunk, KEY64=(NB + 1) * triton.next_power_of_2(block_t * S) > FILL_KEY32_MAX,
+        num_warps=FILL_WARPS,
     )  # fmt: skip
     return row_ptr, col, code
 
