@@ -26,10 +26,10 @@ from kernels.nsa import forward_blocks, make_block_idx_random, selection_forward
 
 NEVER = " & (qk_scale < 0)"
 STORE_O = (
-    "mask=ok[:, None])\n    tl.store(PART_L",
-    "mask=ok[:, None]" + NEVER + ")\n    tl.store(PART_L",
+    "mask=ok[:, None], eviction_policy=EVICT)",
+    "mask=ok[:, None]" + NEVER + ", eviction_policy=EVICT)",
 )
-STORE_L = ("b_m + tl.log2(b_l), mask=ok)", "b_m + tl.log2(b_l), mask=ok" + NEVER + ")")
+STORE_L = ("b_m + b_lg, mask=ok)", "b_m + b_lg, mask=ok" + NEVER + ")")
 LOAD_Q = (
     "b_q = tl.load(Q + o_q[:, None] + i_d[None, :])",
     "b_q = tl.load(Q + o_q[:, None] + i_d[None, :], mask=qk_scale < 0, other=0.0)",

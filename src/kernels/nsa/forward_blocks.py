@@ -57,6 +57,7 @@ int32 and their chunk codes 1 / CHUNK of that.
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 from triton.runtime.interpreter import InterpretedFunction
 
 from . import _checks
@@ -70,8 +71,9 @@ from .forward import LN2, _kept, _sorted_runs, _tile_rows, window_tiles
 # tokens per list window (None: one window); warps of the fill kernel.
 # Defaults from tools/gpu_nsa_blocks.py's sweeps on the H200 (docs/perf/nsa.md, v4 and v6;
 # FILL_WARPS from v11: 0.077 ms on 4 warps, 0.072 on 2, 0.074 on 1; COMBINE_WAVES from
-# v12, with the two-pass combine).
-CHUNK_ROWS = 128
+# v12, with the two-pass combine; CHUNK_ROWS from v13: with PARTIAL_PREFETCH, 64 rows (four
+# programs per SM: 98 registers, 56 KB of shared memory) beat 128 (three) by 4%).
+CHUNK_ROWS = 64
 PARTIAL_WARPS = 4
 PARTIAL_WAVES = 16
 PARTIAL_STAGES = 2
@@ -91,8 +93,13 @@ COMBINE_TWO_PASS = True
 # past it, 64-bit keys.
 FILL_KEY32_MAX = 2**31 - 1
 # Whether each partial-kernel iteration reads the next chunk's list places and code before
-# computing its own (`_partial_kernel`).
-PARTIAL_PREFETCH = False
+# computing its own (`_partial_kernel`): the next chunk's gathers then need not wait for
+# them. Measured (docs/perf/nsa.md, v13): partial kernel 0.68 -> 0.61 ms at 128 rows.
+PARTIAL_PREFETCH = True
+# Whether the partial kernel takes 1 / l and log2(l) from the special-function unit's
+# approximations (compiled kernels only), and the eviction policy of its partial-o stores.
+PARTIAL_FAST_MATH = False
+PARTIAL_STORE_EVICT = ""
 
 
 @triton.jit
@@ -174,7 +181,7 @@ def _partial_chunk(
     Q, K, V, PART_O, PART_L, i_slot, b_code, T, G, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
     BLOCK_G: tl.constexpr, PREC: tl.constexpr, SCALE_POS: tl.constexpr, OFF64: tl.constexpr,
-    EVEN_G: tl.constexpr,
+    EVEN_G: tl.constexpr, FAST: tl.constexpr, EVICT: tl.constexpr,
 ):  # fmt: skip
     """Partial softmax of every real row of one chunk over the chunk's block (step 4).
     Q, K, V, PART_O, PART_L point at the program's (b, kv head): the group's first query
@@ -224,14 +231,23 @@ def _partial_chunk(
         b_m = tl.max(b_s, axis=1)
         b_p = tl.exp2(b_s - b_m[:, None])
     b_l = tl.where(ok, tl.sum(b_p, axis=1), 1.0)
-    b_o = tl.dot(b_p.to(b_v.dtype), b_v, input_precision=PREC) * (1.0 / b_l)[:, None]
+    # FAST: the row's reciprocal and log2 by the special-function unit's approximations
+    # (relative error near 2**-22 for l in [1, BS]) instead of the exact sequences (about
+    # 20 instructions a row each); the interpreter has no libdevice, so it takes the latter.
+    if FAST:
+        b_rl = libdevice.fast_dividef(1.0, b_l)
+        b_lg = libdevice.fast_log2f(b_l)
+    else:
+        b_rl = 1.0 / b_l
+        b_lg = tl.log2(b_l)
+    b_o = tl.dot(b_p.to(b_v.dtype), b_v, input_precision=PREC) * b_rl[:, None]
     if OFF64:
         o_part = i_slot.to(tl.int64) * G + i_g
     else:
         o_part = i_slot * G + i_g
     p_o = PART_O + o_part[:, None] * D + i_d[None, :]
-    tl.store(p_o, b_o.to(PART_O.dtype.element_ty), mask=ok[:, None])
-    tl.store(PART_L + o_part, b_m + tl.log2(b_l), mask=ok)
+    tl.store(p_o, b_o.to(PART_O.dtype.element_ty), mask=ok[:, None], eviction_policy=EVICT)
+    tl.store(PART_L + o_part, b_m + b_lg, mask=ok)
 
 
 @triton.jit
@@ -240,7 +256,7 @@ def _partial_kernel(
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
     BLOCK_G: tl.constexpr, PREC: tl.constexpr, SCALE_POS: tl.constexpr, STAGES: tl.constexpr,
     PIPELINED: tl.constexpr, OFF64: tl.constexpr, EVEN_G: tl.constexpr,
-    PREFETCH: tl.constexpr,
+    PREFETCH: tl.constexpr, FAST: tl.constexpr, EVICT: tl.constexpr,
 ):  # fmt: skip
     """Chunks pid, pid + num_programs, ... of the lists of one (b, kv head) (step 4).
     PIPELINED: a `tl.range` loop that Triton software-pipelines over STAGES; otherwise
@@ -275,7 +291,7 @@ def _partial_kernel(
                 )
             _partial_chunk(
                 Q, K, V, PART_O, PART_L, i_slot, b_code, T, G, qk_scale, S, D, BS, CHUNK, BLOCK_G,
-                PREC, SCALE_POS, OFF64, EVEN_G,
+                PREC, SCALE_POS, OFF64, EVEN_G, FAST, EVICT,
             )  # fmt: skip
             if PREFETCH:
                 i_slot, b_code = i_next, code_next
@@ -292,7 +308,7 @@ def _partial_kernel(
                 )
             _partial_chunk(
                 Q, K, V, PART_O, PART_L, i_slot, b_code, T, G, qk_scale, S, D, BS, CHUNK, BLOCK_G,
-                PREC, SCALE_POS, OFF64, EVEN_G,
+                PREC, SCALE_POS, OFF64, EVEN_G, FAST, EVICT,
             )  # fmt: skip
             if PREFETCH:
                 i_slot, b_code = i_next, code_next
@@ -471,14 +487,16 @@ def block_major_forward(
     n_chunks = triton.cdiv(dims.T * dims.S, chunk) + n_lists  # the most any row can have
     if PARTIAL_WAVES is not None:
         n_chunks = min(n_chunks, triton.cdiv(PARTIAL_WAVES * _multiprocessors(q.device), BH))
+    interpreted = isinstance(_partial_kernel, InterpretedFunction)
     _partial_kernel[(n_chunks, BH)](
         q, k, v, row_ptr, col, code, part_o, part_l, dims.T, n_lists, dims.Hq, dims.G,
         col.shape[1], code.shape[1], qk_scale, S=dims.S, D=dims.D, BS=dims.block_size,
         CHUNK=chunk, BLOCK_G=block_g, PREC=prec, SCALE_POS=qk_scale > 0,
         STAGES=PARTIAL_STAGES,
-        PIPELINED=not isinstance(_partial_kernel, InterpretedFunction),
+        PIPELINED=not interpreted,
         OFF64=dims.T * dims.S * block_g * dims.D >= 2**31, EVEN_G=dims.G == block_g,
-        PREFETCH=PARTIAL_PREFETCH,
+        PREFETCH=PARTIAL_PREFETCH, FAST=PARTIAL_FAST_MATH and not interpreted,
+        EVICT=PARTIAL_STORE_EVICT,
         num_warps=PARTIAL_WARPS,
     )  # fmt: skip
     n_tiles = counts.shape[1]
