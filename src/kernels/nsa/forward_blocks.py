@@ -36,14 +36,12 @@ CUDA graph):
    'random' pattern) simply fills many chunks, so the load is balanced by construction;
    the padding costs at most one partly empty chunk per list.
 5. `_combine_kernel`, per block-handled tile: for each row, the partials of its kept slots
-   (kept is recomputed from block_idx, so unwritten partials never enter the sums), in slot
-   order: with M = max lse_s and w_s = exp2(lse_s - M), o = sum_s w_s o_part_s / sum_s w_s
-   and lse = (M + log2 sum_s w_s) ln 2. By default (COMBINE_TWO_PASS) every slot's index and
-   lse are read first (COMBINE_EAGER_LSE: the lse without waiting for the index, a dropped
-   slot's unwritten value then replaced by -inf), so M and the weights are known before the
-   partials are read, all at once; otherwise M is a running max and the sums are rescaled
-   when it grows. Rows with no kept slot get o = 0 and lse = -inf, as on the token-tile
-   path.
+   (kept is recomputed from block_idx, so unwritten partials are never read), in slot order:
+   with M = max lse_s and w_s = exp2(lse_s - M), o = sum_s w_s o_part_s / sum_s w_s and
+   lse = (M + log2 sum_s w_s) ln 2. By default (COMBINE_TWO_PASS) every slot's index and
+   lse are read first, so M and the weights are known before the partials are read, all
+   at once; otherwise M is a running max and the sums are rescaled when it grows. Rows
+   with no kept slot get o = 0 and lse = -inf, as on the token-tile path.
 
 Determinism: a row's partial depends only on its own q row and its block (the tensor-core
 dot gives each output row the same result wherever the row sits in the tile), and it is
@@ -91,9 +89,6 @@ FILL_WARPS = 2
 # With one program per SM resident, COMBINE_WAVES = 1 (132 programs walking the tiles)
 # measured best: 0.334 -> 0.315 ms, and the 'recent' pattern's count-only pass 4 us less.
 COMBINE_TWO_PASS = True
-# Whether the two-pass combine reads every row's partial lse without waiting for the row's
-# index (`_combine_tile`): one round trip to memory less per tile.
-COMBINE_EAGER_LSE = True
 # Largest sort key the fill kernel keeps in 32 bits ((NB + 1) * padded slots per tile);
 # past it, 64-bit keys.
 FILL_KEY32_MAX = 2**31 - 1
@@ -326,7 +321,7 @@ def _partial_kernel(
 def _combine_tile(
     IDX, PART_O, PART_L, O, LSE, pid_t, i_bh, T, NB, Hq, G,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_G: tl.constexpr, TWO_PASS: tl.constexpr, EAGER: tl.constexpr,
+    BLOCK_G: tl.constexpr, TWO_PASS: tl.constexpr,
 ):  # fmt: skip
     """o and lse of the rows of one block-handled tile from their slots' partials (step 5),
     slot by slot in a fixed order. One pass: a running max as in the online softmax, each
@@ -344,16 +339,10 @@ def _combine_tile(
         b_lse = ()
         b_m = tl.full([BLOCK_T * BLOCK_G], float("-inf"), tl.float32)
         for s in tl.static_range(S):
-            # Only kept slots were given a partial. EAGER: every row's lse is read without
-            # waiting for its index (a dropped slot's unwritten value is then replaced),
-            # so the tile's index and lse loads are in flight together.
+            # Only kept slots were given a partial: the others are never read.
             b_j = tl.load(IDX + o_slot0 + s, mask=row_ok, other=-1)
             kept = row_ok & _kept(b_j, i_t, T, NB, BS)
-            p_l = PART_L + (o_slot0 + s) * G + i_g
-            if EAGER:
-                b_ls = tl.where(kept, tl.load(p_l, mask=row_ok, other=0.0), float("-inf"))
-            else:
-                b_ls = tl.load(p_l, mask=kept, other=float("-inf"))
+            b_ls = tl.load(PART_L + (o_slot0 + s) * G + i_g, mask=kept, other=float("-inf"))
             b_kept = b_kept + (kept,)
             b_lse = b_lse + (b_ls,)
             b_m = tl.maximum(b_m, b_ls)
@@ -398,7 +387,7 @@ def _combine_tile(
 def _combine_kernel(
     IDX, COUNT, PART_O, PART_L, O, LSE, T, NB, Hq, G, MIN_BLOCKS, N_TILES,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_G: tl.constexpr, TWO_PASS: tl.constexpr, EAGER: tl.constexpr,
+    BLOCK_G: tl.constexpr, TWO_PASS: tl.constexpr,
 ):  # fmt: skip
     """Tiles pid, pid + num_programs, ... of one (b, kv head): the block-handled ones are
     combined, the others skipped (persistent programs: on the 'recent' pattern no tile is
@@ -409,7 +398,7 @@ def _combine_kernel(
         if tl.load(COUNT + i_bh.to(tl.int64) * N_TILES + pid_t) > MIN_BLOCKS:
             _combine_tile(
                 IDX, PART_O, PART_L, O, LSE, pid_t, i_bh, T, NB, Hq, G, S, D, BS, BLOCK_T,
-                BLOCK_G, TWO_PASS, EAGER,
+                BLOCK_G, TWO_PASS,
             )  # fmt: skip
         pid_t += tl.num_programs(0)
 
@@ -519,6 +508,5 @@ def block_major_forward(
     _combine_kernel[(n_comb, BH)](
         block_idx, counts, part_o, part_l, o, lse, dims.T, dims.NB, dims.Hq, dims.G,
         min_blocks, n_tiles, S=dims.S, D=dims.D, BS=dims.block_size, BLOCK_T=block_t,
-        BLOCK_G=block_g, TWO_PASS=COMBINE_TWO_PASS, EAGER=COMBINE_EAGER_LSE,
-        num_warps=COMBINE_WARPS,
+        BLOCK_G=block_g, TWO_PASS=COMBINE_TWO_PASS, num_warps=COMBINE_WARPS,
     )  # fmt: skip
