@@ -253,6 +253,32 @@ def _partial_chunk(
 
 
 @triton.jit
+def _partial_step(
+    Q, K, V, COL, CODE, PART_O, PART_L, c, n_prog, i_slot, b_code, o_list, o_code, n_chunks,
+    T, G, qk_scale,
+    S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
+    BLOCK_G: tl.constexpr, PREC: tl.constexpr, SCALE_POS: tl.constexpr, OFF64: tl.constexpr,
+    EVEN_G: tl.constexpr, FAST: tl.constexpr, EVICT: tl.constexpr, PREFETCH: tl.constexpr,
+):  # fmt: skip
+    """Chunk c of `_partial_kernel`'s loop; returns the places and code the next step takes.
+    PREFETCH: i_slot and b_code are chunk c's, read by the step before, and chunk
+    c + n_prog's are read here before chunk c computes. Otherwise chunk c's are read here
+    (the arguments go unused) and returned."""
+    if PREFETCH:
+        i_next, code_next = _chunk_entries(
+            COL, CODE, c + n_prog, o_list, o_code, n_chunks, CHUNK, BLOCK_G
+        )
+    else:
+        i_slot, b_code = _chunk_entries(COL, CODE, c, o_list, o_code, n_chunks, CHUNK, BLOCK_G)
+        i_next, code_next = i_slot, b_code
+    _partial_chunk(
+        Q, K, V, PART_O, PART_L, i_slot, b_code, T, G, qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC,
+        SCALE_POS, OFF64, EVEN_G, FAST, EVICT,
+    )  # fmt: skip
+    return i_next, code_next
+
+
+@triton.jit
 def _partial_kernel(
     Q, K, V, ROW_PTR, COL, CODE, PART_O, PART_L, T, NL, Hq, G, L, NC, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
@@ -279,41 +305,22 @@ def _partial_kernel(
     o_list = i_bh.to(tl.int64) * L
     o_code = i_bh.to(tl.int64) * NC
     n_chunks = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NL + 1) + NL) // CHUNK
-    if PREFETCH:
-        i_slot, b_code = _chunk_entries(COL, CODE, pid, o_list, o_code, n_chunks, CHUNK, BLOCK_G)
+    i_slot, b_code = _chunk_entries(COL, CODE, pid, o_list, o_code, n_chunks, CHUNK, BLOCK_G)
     if PIPELINED:
         for c in tl.range(pid, n_chunks, n_prog, num_stages=STAGES):
-            if PREFETCH:
-                i_next, code_next = _chunk_entries(
-                    COL, CODE, c + n_prog, o_list, o_code, n_chunks, CHUNK, BLOCK_G
-                )
-            else:
-                i_slot, b_code = _chunk_entries(
-                    COL, CODE, c, o_list, o_code, n_chunks, CHUNK, BLOCK_G
-                )
-            _partial_chunk(
-                Q, K, V, PART_O, PART_L, i_slot, b_code, T, G, qk_scale, S, D, BS, CHUNK, BLOCK_G,
-                PREC, SCALE_POS, OFF64, EVEN_G, FAST, EVICT,
+            i_slot, b_code = _partial_step(
+                Q, K, V, COL, CODE, PART_O, PART_L, c, n_prog, i_slot, b_code, o_list, o_code,
+                n_chunks, T, G, qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC, SCALE_POS, OFF64,
+                EVEN_G, FAST, EVICT, PREFETCH,
             )  # fmt: skip
-            if PREFETCH:
-                i_slot, b_code = i_next, code_next
     else:
         c = pid
         while c < n_chunks:
-            if PREFETCH:
-                i_next, code_next = _chunk_entries(
-                    COL, CODE, c + n_prog, o_list, o_code, n_chunks, CHUNK, BLOCK_G
-                )
-            else:
-                i_slot, b_code = _chunk_entries(
-                    COL, CODE, c, o_list, o_code, n_chunks, CHUNK, BLOCK_G
-                )
-            _partial_chunk(
-                Q, K, V, PART_O, PART_L, i_slot, b_code, T, G, qk_scale, S, D, BS, CHUNK, BLOCK_G,
-                PREC, SCALE_POS, OFF64, EVEN_G, FAST, EVICT,
+            i_slot, b_code = _partial_step(
+                Q, K, V, COL, CODE, PART_O, PART_L, c, n_prog, i_slot, b_code, o_list, o_code,
+                n_chunks, T, G, qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC, SCALE_POS, OFF64,
+                EVEN_G, FAST, EVICT, PREFETCH,
             )  # fmt: skip
-            if PREFETCH:
-                i_slot, b_code = i_next, code_next
             c += n_prog
 
 
