@@ -263,6 +263,16 @@ def test_partial_chunk_sizes(rows, waves, window, prefetch, schedule, monkeypatc
     check_forward(q, k, v, make_idx("odd", B, Hkv, T, bs, S), bs)
 
 
+def test_partial_kernel_64bit_offsets(schedule, monkeypatch):
+    """The partial kernel's 64-bit row offsets (taken past 2**31 elements), forced by a zero
+    limit, at a padded group (G = 3: masked q rows) and T not a multiple of the block."""
+    schedule("blocks")
+    monkeypatch.setattr(forward_blocks, "PARTIAL_OFF32_MAX", 0)
+    B, Hq, Hkv, T, D, bs, S, pattern = CASES[1]
+    q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=44)
+    check_forward(q, k, v, make_idx(pattern, B, Hkv, T, bs, S), bs)
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"G{c[1] // c[2]}-T{c[3]}-{c[7]}")
 def test_combine_two_pass(case, schedule, monkeypatch):
     """Both forms of the combine (COMBINE_TWO_PASS: every slot's index and lse read first,

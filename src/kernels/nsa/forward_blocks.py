@@ -89,9 +89,11 @@ FILL_WARPS = 2
 # With one program per SM resident, COMBINE_WAVES = 1 (132 programs walking the tiles)
 # measured best: 0.334 -> 0.315 ms, and the 'recent' pattern's count-only pass 4 us less.
 COMBINE_TWO_PASS = True
-# Largest sort key the fill kernel keeps in 32 bits ((NB + 1) * padded slots per tile);
-# past it, 64-bit keys.
+# Largest sort key the fill kernel keeps in 32 bits ((NB + 1) * padded slots per tile), and
+# largest per-row offset the partial kernel keeps in 32 bits (T * S * padded group * D);
+# past them, 64 bits.
 FILL_KEY32_MAX = 2**31 - 1
+PARTIAL_OFF32_MAX = 2**31 - 1
 # Whether each partial-kernel iteration reads the next chunk's list places and code before
 # computing its own (`_partial_kernel`): the next chunk's gathers then need not wait for
 # them. Measured (docs/perf/nsa.md, v13): partial kernel 0.68 -> 0.61 ms at 128 rows.
@@ -189,7 +191,8 @@ def _partial_chunk(
     Q, K, V, PART_O, PART_L point at the program's (b, kv head): the group's first query
     head, its K/V head and its partials. i_slot, b_code: from `_chunk_entries`.
     SCALE_POS: qk_scale > 0, so that the row max can be taken before scaling. OFF64: the
-    per-row offsets need 64 bits (T * S * BLOCK_G * D >= 2**31). EVEN_G: G == BLOCK_G."""
+    per-row offsets need 64 bits (T * S * BLOCK_G * D past PARTIAL_OFF32_MAX). EVEN_G:
+    G == BLOCK_G."""
     i_r = tl.arange(0, CHUNK * BLOCK_G)
     i_g = i_r % BLOCK_G
     i_d = tl.arange(0, D)
@@ -503,7 +506,7 @@ def block_major_forward(
         CHUNK=chunk, BLOCK_G=block_g, PREC=prec, SCALE_POS=qk_scale > 0,
         STAGES=PARTIAL_STAGES,
         PIPELINED=not interpreted,
-        OFF64=dims.T * dims.S * block_g * dims.D >= 2**31, EVEN_G=dims.G == block_g,
+        OFF64=dims.T * dims.S * block_g * dims.D > PARTIAL_OFF32_MAX, EVEN_G=dims.G == block_g,
         PREFETCH=PARTIAL_PREFETCH, FAST=PARTIAL_FAST_MATH and not interpreted,
         EVICT=PARTIAL_STORE_EVICT,
         num_warps=PARTIAL_WARPS,
