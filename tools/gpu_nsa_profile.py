@@ -2,6 +2,7 @@
 timed with the suite's timer, and the random pattern's device time per kernel.
 
     PYTHONPATH=src python3 tools/gpu_nsa_profile.py TAG [KNOB=VALUE ...]    (about 15 s)
+    PYTHONPATH=src python3 tools/gpu_nsa_profile.py --timeline TAG [KNOB=VALUE ...]
 
 KNOB=VALUE sets a knob of `kernels.nsa.forward_blocks` (e.g. PARTIAL_STAGES=3) or, failing
 that, of `kernels.nsa.forward` (e.g. OVERLAP_TILE_KERNEL=False) for the run.
@@ -12,6 +13,10 @@ pattern, ms per call for 'random' and 'recent' (median of
 times them) and ms per call of each block-path kernel (torch.profiler, 5 eager calls).
 For an A/B of two commits, run it from two checkouts in turn, alternating, on one GPU:
 cards of one model differ by several percent on this memory-bound path.
+--timeline: also one 'random' call captured in a CUDA graph as the suite times it, replayed
+under torch.profiler; prints every kernel of the last replay (fills and memsets included)
+with its start and end in us from the replay's first kernel, and the replay's span, so the
+gaps between the kernels show.
 """
 
 import ast
@@ -52,7 +57,37 @@ def check(q, k, v, idx, bs):
     return float(f"{err:.2e}")
 
 
+def timeline(call):
+    """Kernels of one graph replay of `call`: (name, start us, end us) from its first
+    kernel, sorted by start; and the replay's span in us."""
+    from torch.profiler import ProfilerActivity, profile
+
+    call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            graph.replay()
+            torch.cuda.synchronize()
+    kernels = sorted(
+        (e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+        key=lambda e: e.time_range.start,
+    )
+    # Replays are separated by host syncs: the last replay starts after the widest gap.
+    starts = [e.time_range.start for e in kernels]
+    cut = max(range(1, len(starts)), key=lambda i: starts[i] - kernels[i - 1].time_range.end)
+    last = kernels[cut:]
+    t0 = last[0].time_range.start
+    rows = [(e.name[:60], e.time_range.start - t0, e.time_range.end - t0) for e in last]
+    return rows, max(r[2] for r in rows)
+
+
 def main():
+    show_timeline = sys.argv[1] == "--timeline"
+    if show_timeline:
+        del sys.argv[1]
     tag, knobs = sys.argv[1], sys.argv[2:]
     for kv in knobs:
         name, value = kv.split("=", 1)
@@ -90,6 +125,11 @@ def main():
                 name = next((n for n in KERNELS if n in evt.key), None)
                 if name and us:
                     res[name] = round(us / 5 / 1e3, 4)
+            if show_timeline:
+                rows, span = timeline(call)
+                for name, t_start, t_end in rows:
+                    print(f"  {t_start:9.1f} {t_end:9.1f} {t_end - t_start:8.1f}  {name}")
+                res["random_graph_span_us"] = round(span, 1)
     print(json.dumps(res), flush=True)
 
 
