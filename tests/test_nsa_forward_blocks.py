@@ -332,6 +332,28 @@ def test_bf16_on_gpu(G, pattern, sched, schedule):
     assert torch.equal(o, again[0]) and torch.equal(lse, again[1])
 
 
+def seed_inputs_bf16(T, pattern, device):
+    """bf16 q, k, v at the seed shape (B 1, Hq 16, Hkv 4, D 64) with T tokens and the
+    pattern's block_idx (block 32, S 16), for the GPU tests; also the generator (seed 7)
+    they were drawn from, for more inputs of the same stream."""
+    B, Hq, Hkv, D, bs, S = 1, 16, 4, 64, 32, 16
+    g = torch.Generator(device=device).manual_seed(7)
+    q, k, v = [
+        torch.randn(B, H, T, D, generator=g, device=device, dtype=torch.bfloat16)
+        for H in (Hq, Hkv, Hkv)
+    ]
+    make = make_block_idx_recent if pattern == "recent" else make_block_idx_random
+    return g, q, k, v, make(B, Hkv, T, bs, S, device)
+
+
+def test_seed_inputs_bf16_shapes():
+    """The GPU tests' input helper, run on the CPU: shapes, dtype, seeded."""
+    _, q, k, v, idx = seed_inputs_bf16(40, "random", "cpu")
+    assert q.shape == (1, 16, 40, 64) and k.shape == v.shape == (1, 4, 40, 64)
+    assert q.dtype == torch.bfloat16 and idx.shape == (1, 4, 40, 16)
+    assert torch.equal(q, seed_inputs_bf16(40, "random", "cpu")[1])
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("pattern", ["recent", "random"])
 def test_combine_two_pass_on_gpu(pattern, schedule, monkeypatch):
@@ -339,14 +361,8 @@ def test_combine_two_pass_on_gpu(pattern, schedule, monkeypatch):
     reference and the one-pass combine (both timed in docs/perf/nsa.md, v12); two calls
     agree bitwise."""
     schedule("blocks")
-    B, Hq, Hkv, T, D, bs, S = 1, 16, 4, 1000, 64, 32, 16
-    g = torch.Generator(device="cuda").manual_seed(7)
-    q, k, v = [
-        torch.randn(B, H, T, D, generator=g, device="cuda", dtype=torch.bfloat16)
-        for H in (Hq, Hkv, Hkv)
-    ]
-    make = make_block_idx_recent if pattern == "recent" else make_block_idx_random
-    idx = make(B, Hkv, T, bs, S, "cuda")
+    bs = 32
+    _, q, k, v, idx = seed_inputs_bf16(1000, pattern, "cuda")
     ro = selection_forward_reference(q.float(), k.float(), v.float(), idx, bs)
     monkeypatch.setattr(forward_blocks, "COMBINE_TWO_PASS", False)
     one = fwd(q, k, v, idx, bs, return_lse=True)
@@ -381,14 +397,8 @@ def test_overlap_on_gpu_bitwise_and_in_a_graph(pattern, schedule, monkeypatch):
     stream, o and lse are bitwise those of the one-stream call, also when the call is
     captured in a CUDA graph and replayed on fresh inputs (the graph's fork and join)."""
     schedule("auto", ratio=1)
-    B, Hq, Hkv, T, D, bs, S = 1, 16, 4, 2000, 64, 32, 16
-    g = torch.Generator(device="cuda").manual_seed(7)
-    q, k, v = [
-        torch.randn(B, H, T, D, generator=g, device="cuda", dtype=torch.bfloat16)
-        for H in (Hq, Hkv, Hkv)
-    ]
-    make = make_block_idx_recent if pattern == "recent" else make_block_idx_random
-    idx = make(B, Hkv, T, bs, S, "cuda")
+    bs = 32
+    g, q, k, v, idx = seed_inputs_bf16(2000, pattern, "cuda")
     monkeypatch.setattr(forward, "OVERLAP_TILE_KERNEL", False)
     ref = fwd(q, k, v, idx, bs, return_lse=True)
     monkeypatch.setattr(forward, "OVERLAP_TILE_KERNEL", True)
