@@ -161,8 +161,10 @@ def test_block_lists_are_the_inverse_of_block_idx(chunk, windows, key64, monkeyp
     """For each (b, kv head, window, block): exactly the kept slots of the window's
     block-handled tiles, as flat slot indices t * S + s, with their block and whether the
     token lies inside it, then -1 up to a multiple of `chunk` places; the histogram is
-    consumed to zero. key64: the fill kernel's 64-bit sort keys (for NB * slots per tile
-    past 32 bits), forced by a zero limit."""
+    consumed to zero; the partials' lse is -inf at exactly the dropped slots of
+    block-handled tiles (every head of a padded group of 3) and untouched elsewhere. key64:
+    the fill kernel's 64-bit sort keys (for NB * slots per tile past 32 bits), forced by a
+    zero limit."""
     if key64:
         monkeypatch.setattr(forward_blocks, "FILL_KEY32_MAX", 0)
     T, bs, S, block_t = 45, 8, 3, 4
@@ -176,15 +178,24 @@ def test_block_lists_are_the_inverse_of_block_idx(chunk, windows, key64, monkeyp
     assert handled.any() and (~handled).any()
     hist = torch.zeros(4, windows * NB, dtype=torch.int32)
     assert torch.equal(forward.tile_block_lists(idx, bs, block_t, hist, thr)[1], counts)
-    row_ptr, col, code = forward_blocks.block_lists(idx, counts, hist, thr, bs, block_t, chunk)
+    part_l = torch.full((4, T, S, 3), float("nan"))
+    row_ptr, col, code = forward_blocks.block_lists(
+        idx, counts, hist, thr, bs, block_t, chunk, part_l
+    )  # fmt: skip
     assert not hist.any()
+    flat = idx.view(4, T, S)
+    t = torch.arange(T)[None, :, None]
+    dropped = ~((flat >= 0) & (flat < NB) & (flat * bs <= t))
+    dropped &= handled.repeat_interleave(block_t, 1)[:, :T, None]
+    assert dropped.any() and (~dropped).any()
+    assert torch.equal(part_l == float("-inf"), dropped[..., None].expand(-1, -1, -1, 3))
+    assert torch.isnan(part_l[~dropped]).all()
     NL = windows * NB
     L = T * S + NL * chunk
     assert row_ptr.shape == (4, NL + 1) and col.shape == (4, L)
     assert code.shape == (4, -(-L // chunk))
     assert (row_ptr[:, 0] == 0).all() and (row_ptr % chunk == 0).all()
     want = {}
-    flat = idx.view(4, T, S)
     for bh, t, s in torch.nonzero(flat >= 0).tolist():
         j = flat[bh, t, s].item()
         if handled[bh, t // block_t] and j < NB and j * bs <= t:
@@ -228,7 +239,7 @@ def test_block_path_is_deterministic(schedule, monkeypatch):
     def shuffled(*args):
         """Each block's places permuted, padding included: a chunk may start with it."""
         row_ptr, col, code = real(*args)
-        chunk = args[-1]
+        chunk = args[6]
         for bh in range(row_ptr.shape[0]):
             for i_l in range(row_ptr.shape[1] - 1):
                 lo, hi = row_ptr[bh, i_l].item(), row_ptr[bh, i_l + 1].item()

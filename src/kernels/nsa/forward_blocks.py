@@ -22,7 +22,8 @@ CUDA graph):
    and writes there the flat slot index t * S + s (COL); an atomic max gives each chunk of
    places its code (CODE: the block, with a flag for a token inside the block: only such
    chunks need the causal mask). The order of tiles inside a list depends on the atomics'
-   order: it is nondeterministic.
+   order: it is nondeterministic. The tile's dropped slots get PART_L = -inf (no partial
+   will be written for them), so that the combine needs nothing but PART_L to tell them.
 4. `_partial_kernel`: the lists of one (b, kv head) are cut into chunks of CHUNK entries
    (CHUNK * BLOCK_G query rows: the G heads of each entry's token). A chunk lies inside one
    block's list, so its block's K_j and V_j are loaded once, multiplied with the chunk's
@@ -36,12 +37,13 @@ CUDA graph):
    'random' pattern) simply fills many chunks, so the load is balanced by construction;
    the padding costs at most one partly empty chunk per list.
 5. `_combine_kernel`, per block-handled tile: for each row, the partials of its kept slots
-   (kept is recomputed from block_idx, so unwritten partials are never read), in slot order:
-   with M = max lse_s and w_s = exp2(lse_s - M), o = sum_s w_s o_part_s / sum_s w_s and
-   lse = (M + log2 sum_s w_s) ln 2. By default (COMBINE_TWO_PASS) every slot's index and
-   lse are read first, so M and the weights are known before the partials are read, all
-   at once; otherwise M is a running max and the sums are rescaled when it grows. Rows
-   with no kept slot get o = 0 and lse = -inf, as on the token-tile path.
+   (those with a finite lse_part: a dropped slot's -inf from step 3 keeps its unwritten
+   partial from being read), in slot order: with M = max lse_s and w_s = exp2(lse_s - M),
+   o = sum_s w_s o_part_s / sum_s w_s and lse = (M + log2 sum_s w_s) ln 2. By default
+   (COMBINE_TWO_PASS) every slot's lse is read first, so M and the weights are known before
+   the partials are read, all at once; otherwise M is a running max and the sums are
+   rescaled when it grows. Rows with no kept slot get o = 0 and lse = -inf, as on the
+   token-tile path.
 
 Determinism: a row's partial depends only on its own q row and its block (the tensor-core
 dot gives each output row the same result wherever the row sits in the tile), and it is
@@ -82,7 +84,7 @@ COMBINE_WAVES = 1
 PREFIX_BLOCK = 4096
 LIST_WINDOW = 4096
 FILL_WARPS = 2
-# Whether the combine reads every slot's index and lse before any partial (`_combine_tile`).
+# Whether the combine reads every slot's lse before any partial (`_combine_tile`).
 # On: 127 registers per thread, one 16-warp program per SM with all of a tile's partial
 # loads in flight; off: 57, two programs per SM, one slot's loads at a time. Measured
 # (docs/perf/nsa.md, v12): combine 0.378 -> 0.335 ms, random forward 1.229 -> 1.182 ms.
@@ -124,11 +126,12 @@ def _prefix_kernel(HIST, ROW_PTR, NL, CHUNK: tl.constexpr, PB: tl.constexpr):
 
 @triton.jit
 def _fill_kernel(
-    IDX, COUNT, HIST, ROW_PTR, COL, CODE, T, NB, NW, TPW, L, NC, MIN_BLOCKS,
+    IDX, COUNT, HIST, ROW_PTR, COL, CODE, PART_L, T, NB, NW, TPW, L, NC, MIN_BLOCKS, G,
     S: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, L_PAD: tl.constexpr,
-    CHUNK: tl.constexpr, KEY64: tl.constexpr,
+    CHUNK: tl.constexpr, KEY64: tl.constexpr, BLOCK_G: tl.constexpr,
 ):  # fmt: skip
-    """Place the kept slots of one block-handled tile in their blocks' lists (step 3)."""
+    """Place the kept slots of one block-handled tile in their blocks' lists, and mark its
+    dropped slots' PART_L -inf (step 3)."""
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)
     if tl.load(COUNT + i_bh.to(tl.int64) * tl.num_programs(0) + pid_t) > MIN_BLOCKS:
@@ -137,7 +140,12 @@ def _fill_kernel(
         ok = (i_e < BLOCK_T * S) & (i_t < T)
         e0 = pid_t * BLOCK_T * S  # flat slot index of the tile's first slot
         b_j = tl.load(IDX + i_bh.to(tl.int64) * T * S + e0 + i_e, mask=ok, other=-1)
-        b_j = tl.where(ok & _kept(b_j, i_t, T, NB, BS), b_j, NB).to(tl.int32)
+        kept = ok & _kept(b_j, i_t, T, NB, BS)
+        i_g = tl.arange(0, BLOCK_G)
+        p_l = PART_L + (i_bh.to(tl.int64) * T * S + e0 + i_e)[:, None] * G + i_g[None, :]
+        b_inf = tl.full([L_PAD, BLOCK_G], float("-inf"), tl.float32)
+        tl.store(p_l, b_inf, mask=(ok & ~kept)[:, None] & (i_g < G)[None, :])
+        b_j = tl.where(kept, b_j, NB).to(tl.int32)
         # Sort by (block, slot); dropped slots (block NB) sort last. The keys are 32-bit
         # unless (NB + 1) * L_PAD needs more (half the lane shuffles of 64-bit keys).
         if KEY64:
@@ -329,16 +337,17 @@ def _partial_kernel(
 
 @triton.jit
 def _combine_tile(
-    IDX, PART_O, PART_L, O, LSE, pid_t, i_bh, T, NB, Hq, G,
-    S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_G: tl.constexpr, TWO_PASS: tl.constexpr,
+    PART_O, PART_L, O, LSE, pid_t, i_bh, T, Hq, G,
+    S: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr,
+    TWO_PASS: tl.constexpr,
 ):  # fmt: skip
     """o and lse of the rows of one block-handled tile from their slots' partials (step 5),
-    slot by slot in a fixed order. One pass: a running max as in the online softmax, each
-    slot's weight known when its partial arrives. TWO_PASS: every slot's index and lse
-    first (small loads, all issued at once), so the max and the weights are known before
-    any partial is read; the partials' loads then depend on nothing but the indices, and
-    the sum over slots needs no rescaling."""
+    slot by slot in a fixed order. A slot is kept when its lse is not -inf (the fill kernel
+    wrote -inf for the dropped ones; a NaN, an lse nobody wrote in a poisoned test buffer,
+    counts as kept and shows). One pass: a running max as in the online softmax, each
+    slot's weight known when its partial arrives. TWO_PASS: every slot's lse first (small
+    loads, all issued at once), so the max and the weights are known before any partial is
+    read, and the sum over slots needs no rescaling."""
     Hkv = Hq // G
     i_t, i_g, row_ok = _tile_rows(pid_t, T, G, BLOCK_T, BLOCK_G)
     i_d = tl.arange(0, D)
@@ -350,10 +359,8 @@ def _combine_tile(
         b_m = tl.full([BLOCK_T * BLOCK_G], float("-inf"), tl.float32)
         for s in tl.static_range(S):
             # Only kept slots were given a partial: the others are never read.
-            b_j = tl.load(IDX + o_slot0 + s, mask=row_ok, other=-1)
-            kept = row_ok & _kept(b_j, i_t, T, NB, BS)
-            b_ls = tl.load(PART_L + (o_slot0 + s) * G + i_g, mask=kept, other=float("-inf"))
-            b_kept = b_kept + (kept,)
+            b_ls = tl.load(PART_L + (o_slot0 + s) * G + i_g, mask=row_ok, other=float("-inf"))
+            b_kept = b_kept + (b_ls != float("-inf"),)
             b_lse = b_lse + (b_ls,)
             b_m = tl.maximum(b_m, b_ls)
         m_safe = tl.where(b_m == float("-inf"), 0.0, b_m)  # rows with no kept slot
@@ -371,10 +378,9 @@ def _combine_tile(
         b_acc = tl.zeros([BLOCK_T * BLOCK_G, D], tl.float32)
         for s in tl.static_range(S):
             # Only kept slots were given a partial: the others are never read.
-            b_j = tl.load(IDX + o_slot0 + s, mask=row_ok, other=-1)
-            kept = row_ok & _kept(b_j, i_t, T, NB, BS)
             o_part = (o_slot0 + s) * G + i_g
-            b_ls = tl.load(PART_L + o_part, mask=kept, other=float("-inf"))
+            b_ls = tl.load(PART_L + o_part, mask=row_ok, other=float("-inf"))
+            kept = b_ls != float("-inf")
             p_o = PART_O + o_part[:, None] * D + i_d[None, :]
             b_o = tl.load(p_o, mask=kept[:, None], other=0.0).to(tl.float32)
             m_new = tl.maximum(b_m, b_ls)
@@ -395,22 +401,29 @@ def _combine_tile(
 
 @triton.jit
 def _combine_kernel(
-    IDX, COUNT, PART_O, PART_L, O, LSE, T, NB, Hq, G, MIN_BLOCKS, N_TILES,
-    S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_G: tl.constexpr, TWO_PASS: tl.constexpr,
+    COUNT, PART_O, PART_L, O, LSE, T, Hq, G, MIN_BLOCKS, N_TILES,
+    S: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr,
+    TWO_PASS: tl.constexpr,
 ):  # fmt: skip
     """Tiles pid, pid + num_programs, ... of one (b, kv head): the block-handled ones are
     combined, the others skipped (persistent programs: on the 'recent' pattern no tile is
-    block-handled, and a few programs reading the counts cost less than one per tile)."""
+    block-handled, and a few programs reading the counts cost less than one per tile).
+    The next tile's count is read before this tile is combined, so the branch on it does
+    not wait for memory."""
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)
+    p_count = COUNT + i_bh.to(tl.int64) * N_TILES
+    n = tl.load(p_count + pid_t, mask=pid_t < N_TILES, other=0)
     while pid_t < N_TILES:
-        if tl.load(COUNT + i_bh.to(tl.int64) * N_TILES + pid_t) > MIN_BLOCKS:
+        nxt = pid_t + tl.num_programs(0)
+        n_next = tl.load(p_count + nxt, mask=nxt < N_TILES, other=0)
+        if n > MIN_BLOCKS:
             _combine_tile(
-                IDX, PART_O, PART_L, O, LSE, pid_t, i_bh, T, NB, Hq, G, S, D, BS, BLOCK_T,
-                BLOCK_G, TWO_PASS,
+                PART_O, PART_L, O, LSE, pid_t, i_bh, T, Hq, G, S, D, BLOCK_T, BLOCK_G,
+                TWO_PASS,
             )  # fmt: skip
-        pid_t += tl.num_programs(0)
+        n = n_next
+        pid_t = nxt
 
 
 def _multiprocessors(device):
@@ -429,7 +442,7 @@ def list_windows(T, block_t):
     return triton.cdiv(n_tiles, max(1, LIST_WINDOW // block_t))
 
 
-def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t, chunk):
+def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t, chunk, part_l):
     """Per (b, kv head, window, key block), the kept slots of the window's block-handled
     tiles that chose the block.
 
@@ -441,6 +454,9 @@ def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t, chunk)
             entries per (window, block), NW windows of `forward.window_tiles(n_tiles, NW)`
             tiles. Consumed: counted down to zero.
         block_size, block_t: keys per block, tokens per tile; chunk: entries per chunk.
+        part_l: fp32 [B * Hkv, T, S, G], the partials' lse: its dropped slots of
+            block-handled tiles are set to -inf here (the kept ones are the partial
+            kernel's).
     Returns:
         row_ptr: int32 [B * Hkv, NL + 1] (NL = NW * NB lists, list w * NB + j for block j
             in window w), multiples of chunk; list l's places of row bh are
@@ -462,12 +478,13 @@ def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t, chunk)
     col = torch.full((BH, L), -1, dtype=torch.int32, device=dev)  # -1: padding
     code = torch.full((BH, triton.cdiv(L, chunk)), -1, dtype=torch.int32, device=dev)
     _prefix_kernel[(BH,)](hist, row_ptr, NL, CHUNK=chunk, PB=PREFIX_BLOCK, num_warps=4)
+    G = part_l.shape[3]
     _fill_kernel[(counts.shape[1], BH)](
-        block_idx, counts, hist, row_ptr, col, code, T, NB, NW,
-        window_tiles(counts.shape[1], NW), L, code.shape[1], min_blocks,
+        block_idx, counts, hist, row_ptr, col, code, part_l, T, NB, NW,
+        window_tiles(counts.shape[1], NW), L, code.shape[1], min_blocks, G,
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=triton.next_power_of_2(block_t * S),
         CHUNK=chunk, KEY64=(NB + 1) * triton.next_power_of_2(block_t * S) > FILL_KEY32_MAX,
-        num_warps=FILL_WARPS,
+        BLOCK_G=triton.next_power_of_2(G), num_warps=FILL_WARPS,
     )  # fmt: skip
     return row_ptr, col, code
 
@@ -490,11 +507,11 @@ def block_major_forward(
     # Entries per chunk (rows / padded group) for 16-bit inputs; fp32 (IEEE dots without
     # tensor cores) takes half.
     chunk = max(1, CHUNK_ROWS * 2 // q.element_size() // block_g)
-    row_ptr, col, code = block_lists(
-        block_idx, counts, hist, min_blocks, dims.block_size, block_t, chunk
-    )  # fmt: skip
     part_o = _checks.new_empty((BH, dims.T, dims.S, dims.G, dims.D), q.dtype, q.device)
     part_l = _checks.new_empty((BH, dims.T, dims.S, dims.G), torch.float32, q.device)
+    row_ptr, col, code = block_lists(
+        block_idx, counts, hist, min_blocks, dims.block_size, block_t, chunk, part_l
+    )  # fmt: skip
     n_lists = row_ptr.shape[1] - 1
     n_chunks = triton.cdiv(dims.T * dims.S, chunk) + n_lists  # the most any row can have
     if PARTIAL_WAVES is not None:
@@ -516,7 +533,7 @@ def block_major_forward(
     if COMBINE_WAVES is not None:
         n_comb = min(n_tiles, triton.cdiv(COMBINE_WAVES * _multiprocessors(q.device), BH))
     _combine_kernel[(n_comb, BH)](
-        block_idx, counts, part_o, part_l, o, lse, dims.T, dims.NB, dims.Hq, dims.G,
-        min_blocks, n_tiles, S=dims.S, D=dims.D, BS=dims.block_size, BLOCK_T=block_t,
-        BLOCK_G=block_g, TWO_PASS=COMBINE_TWO_PASS, num_warps=COMBINE_WARPS,
+        counts, part_o, part_l, o, lse, dims.T, dims.Hq, dims.G, min_blocks, n_tiles,
+        S=dims.S, D=dims.D, BLOCK_T=block_t, BLOCK_G=block_g, TWO_PASS=COMBINE_TWO_PASS,
+        num_warps=COMBINE_WARPS,
     )  # fmt: skip
