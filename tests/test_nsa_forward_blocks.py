@@ -286,7 +286,7 @@ def test_partial_kernel_64bit_offsets(schedule, monkeypatch):
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"G{c[1] // c[2]}-T{c[3]}-{c[7]}")
 def test_combine_two_pass(case, schedule, monkeypatch):
-    """Both forms of the combine (COMBINE_TWO_PASS: every slot's index and lse read first,
+    """Both forms of the combine (COMBINE_TWO_PASS: every slot's lse read first,
     or a running max): o and lse against the reference, rows with no kept slot included,
     and within fp32 rounding of each other (the same sums, rescaled in another order)."""
     schedule("blocks")
