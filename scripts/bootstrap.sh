@@ -2,24 +2,103 @@
 # Set-up shared by the README's two commands: a virtual environment in .venv with the
 # project (editable) and its test and bench extras. Idempotent; safe to re-run.
 #
-# On a GPU host the environment sees the host's preinstalled CUDA torch and triton
-# (--system-site-packages); elsewhere it gets the CPU build of torch and the Triton
-# that the GPU host runs, so the interpreter and the GPU run the same Triton.
+# torch and Triton, by host:
+#   - GPU host (an NVIDIA device node, /dev/nvidia0 ...): .venv reuses the host's CUDA build
+#     of torch and its Triton, wherever they live (a venv, a conda env, the system or user
+#     site). It is made with the interpreter that holds them, and a .pth file appends that
+#     interpreter's site directories (tools/asv_host_site.py, the mechanism asv's
+#     environments use). The project install is constrained to those versions, so pip never
+#     replaces them; with no CUDA torch anywhere it stops and says what to install.
+#   - CPU host: .venv gets the CPU build of torch 2.13.0 and the Triton the GPU host runs
+#     (3.6.0), so the interpreter and the GPU run the same Triton. An existing pip
+#     configuration (index or find-links) is honoured; otherwise torch comes from PyTorch's
+#     CPU wheel index (PyPI's default torch is a CUDA build of several GB).
+#
+# Environment:
+#   PYTHON=/path/to/python      the interpreter to use (on a GPU host: the one with CUDA torch)
+#   ATTNBENCH_GPU_HOST=1|0      override the device-node test
+#   ATTNBENCH_SKIP_INSTALL=1    stop after .venv and torch (used by the tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PY=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-    if "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-        echo "bootstrap: CUDA torch found on the host; .venv reuses it"
-        "$PY" -m venv --system-site-packages .venv
-    else
-        "$PY" -m venv .venv
+CPU_TORCH=2.13.0
+CPU_TRITON=3.6.0
+CPU_INDEX=https://download.pytorch.org/whl/cpu
+VENV=.venv
+VPY=$VENV/bin/python
+
+gpu_host() {
+    case "${ATTNBENCH_GPU_HOST:-}" in
+        1 | true | yes) return 0 ;;
+        0 | false | no) return 1 ;;
+    esac
+    compgen -G "/dev/nvidia[0-9]*" >/dev/null
+}
+
+# Exit 0 when interpreter $1 imports a CUDA build of torch and Triton.
+has_cuda_torch() {
+    "$1" -c 'import sys, torch, triton; sys.exit(0 if torch.version.cuda else 1)' 2>/dev/null
+}
+
+# Interpreters that may hold the host's torch, most specific first.
+candidates() {
+    local c
+    for c in "${PYTHON:-}" "${CONDA_PREFIX:+$CONDA_PREFIX/bin/python}" \
+        "${VIRTUAL_ENV:+$VIRTUAL_ENV/bin/python}" python3 python; do
+        [ -n "$c" ] && command -v "$c" 2>/dev/null || true
+    done | awk '!seen[$0]++'
+}
+
+# pip already has a source configured (index, extra index or find-links, from a config file
+# or the environment): use it as it is.
+pip_configured() {
+    "$VPY" -m pip config list 2>/dev/null | grep -Eq '(^|\.)(index-url|extra-index-url|find-links)='
+}
+
+if gpu_host; then
+    HOST_PY=""
+    while read -r c; do
+        if has_cuda_torch "$c"; then HOST_PY=$c; break; fi
+    done < <(candidates)
+    if [ -z "$HOST_PY" ]; then
+        cat >&2 <<MSG
+bootstrap: this is a GPU host (NVIDIA device nodes), but no interpreter here imports a
+CUDA build of torch with Triton. Tried: $(candidates | tr '\n' ' ')
+Install one that matches the driver (https://pytorch.org/get-started/locally/), e.g.
+    python3 -m pip install torch --index-url https://download.pytorch.org/whl/cu130
+or point PYTHON at the interpreter that has it. A CPU build is not installed on a GPU host.
+MSG
+        exit 1
     fi
+    if [ -x "$VPY" ] && ! has_cuda_torch "$VPY"; then
+        echo "bootstrap: $VENV has no CUDA torch; making it again"
+        rm -rf "$VENV"
+    fi
+    if [ ! -x "$VPY" ]; then
+        echo "bootstrap: CUDA torch found in $HOST_PY; $VENV reuses it"
+        "$HOST_PY" -m venv "$VENV"
+        ATTNBENCH_HOST_SITE=$("$HOST_PY" tools/asv_host_site.py --print) \
+            "$VPY" tools/asv_host_site.py --write "$VENV"
+    fi
+    # Pin the project's install to the host's torch and Triton.
+    "$VPY" -c 'import torch, triton; print(f"torch=={torch.__version__}\ntriton=={triton.__version__}")' \
+        >"$VENV/host-constraints.txt"
+    CONSTRAINT=(-c "$VENV/host-constraints.txt")
+else
+    [ -x "$VPY" ] || "${PYTHON:-python3}" -m venv "$VENV"
+    if ! "$VPY" -c 'import torch, triton' 2>/dev/null; then
+        SOURCE=()
+        if ! pip_configured; then SOURCE=(--index-url "$CPU_INDEX"); fi
+        FROM="from the configured pip sources"
+        [ "${#SOURCE[@]}" -eq 0 ] || FROM="from $CPU_INDEX"
+        echo "bootstrap: installing torch $CPU_TORCH, CPU build (about 200 MB download," \
+            "700 MB installed), $FROM"
+        "$VPY" -m pip install --progress-bar on "${SOURCE[@]}" "torch==$CPU_TORCH"
+        "$VPY" -m pip install -q "triton==$CPU_TRITON"
+    fi
+    CONSTRAINT=()
 fi
-VPY=.venv/bin/python
-if ! "$VPY" -c 'import torch, triton' 2>/dev/null; then
-    "$VPY" -m pip install -q "torch==2.13.0" "triton==3.6.0"
-fi
-"$VPY" -m pip install -q -e ".[test,bench]"
-"$VPY" -c 'import torch, triton; print(f"bootstrap: torch {torch.__version__}, triton {triton.__version__}, cuda={torch.cuda.is_available()}")'
+if [ "${ATTNBENCH_SKIP_INSTALL:-0}" = 1 ]; then exit 0; fi
+echo "bootstrap: installing the project with its test and bench extras into $VENV"
+"$VPY" -m pip install -q "${CONSTRAINT[@]}" -e ".[test,bench]"
+"$VPY" -c 'import torch, triton; print(f"bootstrap: torch {torch.__version__} ({torch.__file__}), triton {triton.__version__}, CUDA build: {torch.version.cuda}")'

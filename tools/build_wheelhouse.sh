@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Fill a wheelhouse (default .whl/, git-ignored) with every wheel an offline GPU host needs
-# to run the asv suite with its own preinstalled torch and Triton (tools/gpu_asv.sh):
+# to run the asv suite with its own preinstalled torch and Triton (tools/gpu_asv.sh), and
+# the README's two commands (scripts/main.sh, scripts/test.sh) with PIP_NO_INDEX=1
+# PIP_FIND_LINKS=<wheelhouse>:
 #
 #   - asv and virtualenv, with their dependencies, for the host interpreter
 #   - what asv installs into each new benchmark environment: pip, wheel, setuptools, build,
 #     pyproject_hooks, packaging, asv_runner, pympler (and the project's build requirements,
 #     setuptools and wheel)
+#   - the test extra and the linters scripts/ci_tools.sh installs (ruff, pytest, zizmor,
+#     check-jsonschema), with their dependencies
 #
 # Wheels are fetched for CPython 3.12 on manylinux x86_64 (the H200 host's interpreter),
 # whatever this machine runs; pure-Python packages come as py3-none-any. Versions are the
@@ -36,4 +40,10 @@ for pkg in "${PACKAGES[@]}"; do
         --platform manylinux2014_x86_64 --platform any \
         -d "$DEST" "$pkg"
 done
+# The README commands' tools, dependencies resolved for the target interpreter.
+"$PY" -m pip download -q --only-binary=:all: \
+    --python-version "$PYVER" --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 --platform any \
+    -d "$DEST" ruff==0.17.6 "pytest>=8" zizmor==1.32.0 check-jsonschema==0.39.0
 echo "build_wheelhouse: $(find "$DEST" -name '*.whl' | wc -l) wheels in $DEST (cp${PYVER/./} manylinux x86_64)"

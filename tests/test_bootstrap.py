@@ -1,0 +1,193 @@
+"""scripts/bootstrap.sh on the hosts a user may have, simulated on the CPU.
+
+A GPU host is simulated with ATTNBENCH_GPU_HOST=1 and stand-in packages (a `torch` that
+says it is a CUDA build, `triton`, `numpy`, each with its dist-info) placed where a venv, a
+conda env or the system's user site would hold them. The script runs in a scratch copy of
+the repository with ATTNBENCH_SKIP_INSTALL=1, so it stops once .venv and torch are set.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HOST_VERSIONS = {"torch": "2.11.0+cu130", "triton": "3.6.0", "numpy": "2.1.0"}
+
+
+def _fake_packages(site: Path, cuda: str | None = "13.0") -> None:
+    """Importable stand-ins for torch/triton/numpy, with metadata pip can read."""
+    site.mkdir(parents=True, exist_ok=True)
+    for name, version in HOST_VERSIONS.items():
+        pkg = site / name
+        pkg.mkdir(exist_ok=True)
+        body = f"__version__ = {version!r}\n"
+        if name == "torch":
+            body += "from . import version\n"
+            (pkg / "version.py").write_text(f"cuda = {cuda!r}\n")
+        (pkg / "__init__.py").write_text(body)
+        info = site / f"{name}-{version}.dist-info"
+        info.mkdir(exist_ok=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        (info / "INSTALLER").write_text("pip\n")
+        (info / "RECORD").write_text("")
+
+
+def _site_of(prefix: Path) -> Path:
+    return Path(sysconfig.get_path("purelib", vars={"base": str(prefix)}))
+
+
+def _make_venv(prefix: Path) -> Path:
+    venv.EnvBuilder(with_pip=False).create(prefix)
+    return prefix / "bin" / "python"
+
+
+@pytest.fixture
+def repo(tmp_path):
+    """A scratch copy of what bootstrap.sh needs from the repository."""
+    work = tmp_path / "repo"
+    for rel in ("scripts/bootstrap.sh", "tools/asv_host_site.py"):
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, work / rel)
+    return work
+
+
+def _base_python() -> str:
+    """The interpreter without any venv or torch: stands for the system's python3."""
+    return str(Path(sys._base_executable).resolve())
+
+
+def _run(repo: Path, env_extra: dict, path_first: Path | None = None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "CONDA"))}
+    env.pop("PYTHON", None)
+    # The first python3 on PATH: the caller's pick, else a directory holding only the base
+    # interpreter (no torch), like a fresh login shell.
+    plain = repo.parent / "plainbin"
+    plain.mkdir(exist_ok=True)
+    for name in ("python3", "python"):
+        link = plain / name
+        if not link.exists():
+            link.symlink_to(_base_python())
+    first = [str(path_first)] if path_first else []
+    env["PATH"] = os.pathsep.join([*first, str(plain), env["PATH"]])
+    env.update(ATTNBENCH_SKIP_INSTALL="1", **env_extra)
+    return subprocess.run(
+        ["bash", str(repo / "scripts/bootstrap.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _venv_torch(repo: Path) -> tuple[str, str]:
+    out = subprocess.run(
+        [
+            str(repo / ".venv/bin/python"),
+            "-c",
+            "import importlib.metadata as m, torch; "
+            "print(torch.__file__); print(m.version('torch'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return out[0], out[1]
+
+
+def _assert_reuses(repo: Path, site: Path, res) -> None:
+    assert res.returncode == 0, res.stdout + res.stderr
+    path, version = _venv_torch(repo)
+    assert Path(path).resolve().is_relative_to(site.resolve())
+    assert version == HOST_VERSIONS["torch"]
+    constraints = (repo / ".venv/host-constraints.txt").read_text()
+    assert f"torch=={HOST_VERSIONS['torch']}" in constraints
+    assert "triton==3.6.0" in constraints
+    assert "installing torch" not in res.stdout
+    # pip sees the host's torch as installed: the project's `torch>=2.11` adds nothing.
+    dry = subprocess.run(
+        [str(repo / ".venv/bin/python"), "-m", "pip", "install", "--dry-run", "--no-index"]
+        + ["-c", str(repo / ".venv/host-constraints.txt"), "torch>=2.11", "triton"],
+        capture_output=True,
+        text=True,
+    )
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert "Would install" not in dry.stdout
+
+
+def test_gpu_host_torch_in_a_venv(repo, tmp_path):
+    host_py = _make_venv(tmp_path / "hostvenv")
+    site = _site_of(tmp_path / "hostvenv")
+    _fake_packages(site)
+    res = _run(repo, {"ATTNBENCH_GPU_HOST": "1"}, path_first=host_py.parent)
+    _assert_reuses(repo, site, res)
+    # Idempotent: a second call keeps the .venv it made.
+    again = _run(repo, {"ATTNBENCH_GPU_HOST": "1"}, path_first=host_py.parent)
+    assert again.returncode == 0 and "reuses it" not in again.stdout
+
+
+def test_gpu_host_torch_in_a_conda_env(repo, tmp_path):
+    prefix = tmp_path / "conda-env"
+    _make_venv(prefix)
+    (prefix / "conda-meta").mkdir()
+    site = _site_of(prefix)
+    _fake_packages(site)
+    # python3 on PATH is the plain one; only CONDA_PREFIX leads to torch.
+    res = _run(repo, {"ATTNBENCH_GPU_HOST": "1", "CONDA_PREFIX": str(prefix)})
+    _assert_reuses(repo, site, res)
+
+
+def test_gpu_host_torch_in_the_system_site(repo, tmp_path):
+    userbase = tmp_path / "userbase"
+    site = Path(sysconfig.get_path("purelib", f"{os.name}_user", vars={"userbase": str(userbase)}))
+    _fake_packages(site)
+    res = _run(repo, {"ATTNBENCH_GPU_HOST": "1", "PYTHONUSERBASE": str(userbase)})
+    _assert_reuses(repo, site, res)
+
+
+def test_gpu_host_without_cuda_torch_stops_with_a_clear_error(repo, tmp_path):
+    host_py = _make_venv(tmp_path / "cpuvenv")
+    _fake_packages(_site_of(tmp_path / "cpuvenv"), cuda=None)
+    res = _run(repo, {"ATTNBENCH_GPU_HOST": "1"}, path_first=host_py.parent)
+    assert res.returncode == 1
+    assert "no interpreter here imports a" in res.stderr and "CUDA build of torch" in res.stderr
+    assert "download.pytorch.org/whl/cu" in res.stderr
+    assert not (repo / ".venv").exists()
+
+
+def _stub_venv(repo: Path, pip_config: str) -> Path:
+    """A .venv whose python has no torch and logs every pip install it is asked for."""
+    log = repo / "pip.log"
+    stub = repo / ".venv/bin/python"
+    stub.parent.mkdir(parents=True)
+    stub.write_text(
+        "#!/usr/bin/env bash\n"
+        'if [ "$1 $2 $3" = "-m pip config" ]; then printf %s "$FAKE_PIP_CONFIG"; exit 0; fi\n'
+        'if [ "$1 $2 $3" = "-m pip install" ]; then echo "${@:4}" >>' + str(log) + "; exit 0; fi\n"
+        "exit 1\n"
+    )
+    stub.chmod(0o755)
+    return log
+
+
+@pytest.mark.parametrize(
+    "config, from_cpu_index",
+    [
+        ("", True),
+        ("global.find-links='/opt/wheels'\n", False),
+        (":env:.index-url='https://mirror.example/simple'\n", False),
+    ],
+)
+def test_cpu_host_gets_the_cpu_build(repo, config, from_cpu_index):
+    log = _stub_venv(repo, config)
+    res = _run(repo, {"ATTNBENCH_GPU_HOST": "0", "FAKE_PIP_CONFIG": config})
+    assert res.returncode == 0, res.stdout + res.stderr
+    calls = log.read_text().splitlines()
+    torch_call = next(c for c in calls if "torch==2.13.0" in c)
+    assert ("--index-url https://download.pytorch.org/whl/cpu" in torch_call) == from_cpu_index
+    assert any("triton==3.6.0" in c for c in calls)
