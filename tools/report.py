@@ -19,9 +19,16 @@ Reads asv's result files (`results/<machine>/<commit8>-<env>.json`, format versi
                                            the kernel's time growth over 4x the tokens
 
 For every benchmark the newest result file (by date) of the machine that holds a value for
-it is used; the machine defaults to the one with the newest results. A point with no value
-(NaN: out of memory, or skipped as too large) is "n/a". The dense reference's cost does not
-depend on the index pattern, so a pattern without its own reference row borrows the other's.
+it is used (or, where none does, the newest that holds the benchmark at all); the machine
+defaults to the one with the newest results. The dense reference's cost does not depend on
+the index pattern, so a pattern without its own reference row borrows the other's.
+
+A point with no value carries its reason (ci/na_reasons.py, shared with the site and the
+gate): out of memory (a NaN that the machine's OOM log `<results>/<machine>/
+na_reasons.jsonl` records), skipped by choice (any other NaN), failed (asv's null) or not
+run (the combination is not in the results). CSV cells of such points are empty and the
+`kernel_na` / `ref_na` / `na` columns hold the reason's code; tables, plots and summary.md
+name it. The OOM ceiling is marked only where an OOM was recorded.
 """
 
 import argparse
@@ -31,7 +38,11 @@ import itertools
 import json
 import math
 import sys
+import textwrap
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ci.na_reasons import NaReason, classify, describe, is_oom, load_oom, log_path  # noqa: E402
 
 NSA = {"forward": "nsa.NsaForward", "backward": "nsa.NsaBackward"}
 KDA_VERIFY, KDA_BLOCK_V, KDA_BANDWIDTH = "kda.KdaVerify", "kda.KdaBlockV", "kda.KdaBandwidth"
@@ -96,43 +107,55 @@ def param_names(results_dir):
 
 
 def points(data, name, names):
-    """{params dict as a sorted tuple: value} of one benchmark in one result file."""
+    """{params as a sorted tuple of (name, value): (stored value, asv's param strings)} of one
+    benchmark in one result file; {} when the file does not hold it."""
     entry = data.get("results", {}).get(name)
     if entry is None:
         return {}
     columns = data.get("result_columns", ["result", "params"])
     row = dict(zip(columns, entry, strict=False)) if isinstance(entry, list) else {}
     values, params = row.get("result"), row.get("params") or []
-    if not isinstance(values, list):
-        values = [values]
     combos = list(itertools.product(*params)) if params else [()]
+    if not isinstance(values, list):
+        values = [values] * len(combos)  # asv writes one null for "every point failed"
     keys = names or [f"p{i}" for i in range(len(params))]
     out = {}
     for combo, value in zip(combos, values, strict=False):
-        out[tuple(zip(keys, (_value(v) for v in combo), strict=False))] = _number(value)
+        key = tuple(zip(keys, (_value(v) for v in combo), strict=False))
+        out[key] = (value, tuple(map(str, combo)))
     return out
 
 
 class Results:
-    """The newest values of each benchmark on one machine."""
+    """The newest values of each benchmark on one machine, with the reason of each n/a."""
 
-    def __init__(self, results_dir, machine=None, commit=None):
+    def __init__(self, results_dir, machine=None, commit=None, na_log=None):
         self.machine, files = load_results(results_dir, machine)
         if commit:
             files = [d for d in files if str(d.get("commit_hash", "")).startswith(commit)]
             if not files:
                 raise SystemExit(f"report: no results for commit {commit} on {self.machine}")
         self.files, self.names, self.used = files, param_names(results_dir), {}
+        self.oom = load_oom(na_log or log_path(results_dir, self.machine))
 
     def get(self, name):
-        """{params: value} from the newest file holding any value for `name`."""
-        for data in self.files:
-            names = self.names.get(name) or PARAM_NAMES.get(name.rsplit(".", 1)[0])
-            pts = points(data, name, names)
-            if any(v is not None for v in pts.values()):
-                self.used[name] = str(data.get("commit_hash", "?"))[:8]
-                return {dict(k).__repr__(): (dict(k), v) for k, v in pts.items()}
-        return {}
+        """{params repr: (params, value or None, NaReason or None)} from the newest file
+        holding any value for `name` (else the newest holding `name` at all)."""
+        names = self.names.get(name) or PARAM_NAMES.get(name.rsplit(".", 1)[0])
+        found = [(d, points(d, name, names)) for d in self.files]
+        found = [(d, pts) for d, pts in found if pts]
+        if not found:
+            return {}
+        measured = [(d, pts) for d, pts in found if any(_number(v) for v, _ in pts.values())]
+        data, pts = (measured or found)[0]
+        commit = str(data.get("commit_hash", "?"))
+        self.used[name] = commit[:8]
+        out = {}
+        for key, (value, raw) in pts.items():
+            reason = classify(value, oom=is_oom(self.oom, commit, name, raw))
+            number = _number(value) if reason is None else None
+            out[repr(dict(key))] = (dict(key), number, reason)
+        return out
 
     def rows(self, name):
         return list(self.get(name).values())
@@ -140,57 +163,109 @@ class Results:
 
 # ---------------------------------------------------------------- NSA tables and plots
 
+# When the metrics of one point disagree, the point's reason is the most telling one.
+_PRIORITY = [NaReason.OUT_OF_MEMORY, NaReason.FAILED, NaReason.SKIPPED, NaReason.NOT_RUN]
+NSA_METRICS = {
+    "ms": "track_time",
+    "tok_s": "track_tokens_per_s",
+    "vram_gb": "track_peak_vram_bytes",
+}
+NSA_SCALE = {"ms": 1e3, "tok_s": 1.0, "vram_gb": 1e-9}
+
+
+def point_reason(reasons):
+    """One point's reason from its metrics' reasons: None when any metric was measured."""
+    if any(r is None for r in reasons) or not reasons:
+        return None
+    return min(reasons, key=_PRIORITY.index)
+
 
 def nsa_table(res, cls):
-    """Rows per (preset, pattern, seq_len): kernel and reference figures."""
-    metrics = {
-        "ms": "track_time",
-        "tok_s": "track_tokens_per_s",
-        "vram_gb": "track_peak_vram_bytes",
-    }
-    scale = {"ms": 1e3, "tok_s": 1.0, "vram_gb": 1e-9}
-    table = {}
-    for col, method in metrics.items():
-        for p, v in res.rows(f"{cls}.{method}"):
+    """Rows per (preset, pattern, seq_len): kernel and reference figures, and the reason
+    (a NaReason code, "" when measured) of each side's missing point."""
+    table, why = {}, {}
+    for col, method in NSA_METRICS.items():
+        for p, v, reason in res.rows(f"{cls}.{method}"):
             key = (p.get("preset"), p.get("pattern"), p.get("seq_len"))
             side = "kernel" if p.get("impl") == "triton" else "ref"
-            row = table.setdefault(key, {})
-            row[f"{side}_{col}"] = None if v is None else v * scale[col]
+            table.setdefault(key, {})[f"{side}_{col}"] = None if v is None else v * NSA_SCALE[col]
+            why.setdefault(key, {}).setdefault(side, {})[col] = reason
+    # A metric with no entry at a point that has others was not run there.
+    for key in table:
+        for side in ("kernel", "ref"):
+            per = why[key].setdefault(side, {})
+            for col in NSA_METRICS:
+                per.setdefault(col, NaReason.NOT_RUN)
     # The default suite records time only; tokens/s follows from it (every preset has B=1,
     # so a call processes seq_len tokens).
-    for (_, _, T), row in table.items():
+    for key, row in table.items():
+        T = key[2]
         for side in ("kernel", "ref"):
             ms = row.get(f"{side}_ms")
             if row.get(f"{side}_tok_s") is None and ms and T:
                 row[f"{side}_tok_s"] = T / (ms / 1e3)
-    # The dense reference ignores the pattern: borrow another pattern's row where missing.
-    for (preset, pattern, T), row in table.items():
+                why[key][side]["tok_s"] = None
+    # The dense reference ignores the pattern: borrow another pattern's figures where this
+    # one has none, and its reason where this pattern did not run the reference at all.
+    for key, row in table.items():
+        preset, pattern, T = key
         for other_key, other in table.items():
-            if other_key[0] == preset and other_key[2] == T and other_key[1] != pattern:
-                for col in metrics:
-                    if row.get(f"ref_{col}") is None and other.get(f"ref_{col}") is not None:
-                        row[f"ref_{col}"] = other[f"ref_{col}"]
+            if other_key[0] != preset or other_key[2] != T or other_key[1] == pattern:
+                continue
+            for col in NSA_METRICS:
+                mine, theirs = why[key]["ref"], why[other_key]["ref"]
+                if row.get(f"ref_{col}") is None and other.get(f"ref_{col}") is not None:
+                    row[f"ref_{col}"], mine[col] = other[f"ref_{col}"], None
+                elif mine[col] is NaReason.NOT_RUN and theirs[col] is not None:
+                    mine[col] = theirs[col]
     rows = []
-    for (preset, pattern, T), row in sorted(
+    for key, row in sorted(
         table.items(), key=lambda kv: tuple(map(str, kv[0][:2])) + (kv[0][2] or 0,)
     ):
+        preset, pattern, T = key
         full = {"preset": preset, "pattern": pattern, "seq_len": T}
         for side in ("kernel", "ref"):
-            for col in metrics:
+            for col in NSA_METRICS:
                 full[f"{side}_{col}"] = row.get(f"{side}_{col}")
-        full["ref_na"] = int(full["ref_ms"] is None and full["ref_vram_gb"] is None)
+        for side in ("kernel", "ref"):
+            reason = point_reason([why[key][side][c] for c in ("ms", "vram_gb")])
+            full[f"{side}_na"] = "" if reason is None else reason.value
         rows.append(full)
     return rows
 
 
+def _reason(row, side):
+    code = row.get(f"{side}_na") or ""
+    return NaReason(code) if code else None
+
+
 def oom_ceiling(rows):
-    """Smallest seq_len from which the reference has no value up to the largest measured."""
+    """Smallest seq_len where the reference's OOM was recorded and from which the
+    reference has no measured point; None without a recorded OOM."""
     ceiling = None
     for r in sorted(rows, key=lambda r: r["seq_len"], reverse=True):
-        if not r["ref_na"]:
+        reason = _reason(r, "ref")
+        if reason is None:
             break
-        ceiling = r["seq_len"]
+        if reason is NaReason.OUT_OF_MEMORY:
+            ceiling = r["seq_len"]
     return ceiling
+
+
+def na_summary(rows, side):
+    """ "out of memory at seq_len 16384, 32768; not run at 65536" for one side's missing
+    points, in NaReason order; "" when every point was measured."""
+    by_reason = {}
+    for r in sorted(rows, key=lambda r: r["seq_len"]):
+        reason = _reason(r, side)
+        if reason is not None:
+            by_reason.setdefault(reason, []).append(str(r["seq_len"]))
+    parts = [
+        f"{reason.label} at seq_len {', '.join(by_reason[reason])}"
+        for reason in NaReason
+        if reason in by_reason
+    ]
+    return "; ".join(parts)
 
 
 def scaling(rows, factor=4):
@@ -222,7 +297,8 @@ def write_csv(path, rows, fields=None):
 
 
 def plot_nsa(out, direction, rows):
-    """Two PNGs per direction; one panel per preset, kernel lines per pattern, reference dashed."""
+    """Two PNGs per direction; one panel per preset, kernel lines per pattern, reference
+    dashed; the legend names the OOM ceiling, the crossover and every missing point's reason."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -238,28 +314,31 @@ def plot_nsa(out, direction, rows):
         axes = list(axes) if hasattr(axes, "__len__") else [axes]
         for ax, preset in zip(axes, presets, strict=False):
             prows = [r for r in rows if r["preset"] == preset]
-            for pattern in sorted({r["pattern"] for r in prows}, key=str):
-                pr = sorted(
-                    (r for r in prows if r["pattern"] == pattern), key=lambda r: r["seq_len"]
-                )
-                _line(ax, pr, f"kernel_{metric}", f"kernel (Triton), {pattern}", "o-")
-            ref = {r["seq_len"]: r[f"ref_{metric}"] for r in prows}
-            ref_rows = [{"seq_len": t, f"ref_{metric}": v} for t, v in sorted(ref.items())]
-            _line(ax, ref_rows, f"ref_{metric}", "reference (dense O(T^2))", "s--")
-            _marks(ax, prows, metric)
-            ax.set_xscale("log", base=2)
-            if metric == "vram_gb":
-                ax.set_yscale("log")
-            ax.set_xlabel("seq_len")
-            ax.set_ylabel(ylabel)
-            ax.set_title(f"NSA selection {direction} - {preset}")
-            ax.grid(alpha=0.3, which="both")
-            ax.legend(fontsize=8)
+            draw_panel(ax, prows, metric, ylabel, f"NSA selection {direction} - {preset}")
         fig.tight_layout()
         fig.savefig(out / fname, dpi=110)
         plt.close(fig)
         written.append(fname)
     return written
+
+
+def draw_panel(ax, prows, metric, ylabel, title):
+    """One preset's panel: kernel lines per pattern, the reference dashed, the marks."""
+    for pattern in sorted({r["pattern"] for r in prows}, key=str):
+        pr = sorted((r for r in prows if r["pattern"] == pattern), key=lambda r: r["seq_len"])
+        _line(ax, pr, f"kernel_{metric}", f"kernel (Triton), {pattern}", "o-")
+    ref = {r["seq_len"]: r[f"ref_{metric}"] for r in prows}
+    ref_rows = [{"seq_len": t, f"ref_{metric}": v} for t, v in sorted(ref.items())]
+    _line(ax, ref_rows, f"ref_{metric}", "reference (dense O(T^2))", "s--")
+    _marks(ax, prows, metric)
+    ax.set_xscale("log", base=2)
+    if metric == "vram_gb" and any(r[f"{s}_vram_gb"] for r in prows for s in ("kernel", "ref")):
+        ax.set_yscale("log")
+    ax.set_xlabel("seq_len")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, loc="best")
 
 
 def _line(ax, rows, key, label, style):
@@ -269,20 +348,28 @@ def _line(ax, rows, key, label, style):
 
 
 def _marks(ax, rows, metric):
+    """Vertical lines at the recorded OOM ceiling and the crossover, and one legend entry
+    per side listing its missing points by reason. Everything is named in the legend, which
+    matplotlib keeps inside the axes, so no label runs over the axis titles."""
     ceiling, cross = oom_ceiling(rows), crossover(rows)
     if ceiling is not None:
-        ax.axvline(ceiling, color="gray", ls="--", alpha=0.7)
-        _note(ax, ceiling, 0.5, f"reference n/a (OOM or not run) >= {ceiling}", "right", "wheat")
+        label = f"reference out of memory from seq_len {ceiling}"
+        ax.axvline(ceiling, color="gray", ls="--", alpha=0.7, label=label)
     if cross is not None and metric == "tok_s":
-        ax.axvline(cross, color="green", ls="--", alpha=0.7)
-        _note(ax, cross, 0.8, f"kernel wins >= {cross}", "left", "honeydew")
-
-
-def _note(ax, x, y_frac, text, ha, color):
-    box = {"boxstyle": "round", "fc": color, "alpha": 0.8}
-    ax.annotate(
-        text, xy=(x, y_frac), xycoords=("data", "axes fraction"), ha=ha, fontsize=8, bbox=box
-    )
+        ax.axvline(
+            cross, color="green", ls="--", alpha=0.7, label=f"kernel wins from seq_len {cross}"
+        )
+    one_per_len = {}
+    for r in rows:
+        one_per_len.setdefault(r["seq_len"], r)  # the reference's rows agree across patterns
+    sides = [(f"kernel ({p})", "kernel", [r for r in rows if r["pattern"] == p])
+             for p in sorted({r["pattern"] for r in rows}, key=str)]  # fmt: skip
+    sides.append(("reference", "ref", list(one_per_len.values())))
+    for who, side, side_rows in sides:
+        text = na_summary(side_rows, side)
+        if text:
+            label = textwrap.fill(f"{who} n/a: {text}", width=50, subsequent_indent="  ")
+            ax.plot([], [], " ", label=label)
 
 
 # ---------------------------------------------------------------- KDA tables
@@ -290,16 +377,22 @@ def _note(ax, x, y_frac, text, ha, color):
 
 def kda_rows(res, cls, keys, methods):
     """Rows keyed by `keys` with one column per method (us for times, MB for bytes, %
-    as stored)."""
-    table = {}
+    as stored) and `na`: the reasons of the row's missing cells ("" when none)."""
+    table, why = {}, {}
     for col, method in methods.items():
-        for p, v in res.rows(f"{cls}.{method}"):
-            row = table.setdefault(
-                tuple(p.get(k) for k in keys),
-                dict(zip(keys, (p.get(k) for k in keys), strict=True)),
-            )
+        for p, v, reason in res.rows(f"{cls}.{method}"):
+            key = tuple(p.get(k) for k in keys)
+            row = table.setdefault(key, dict(zip(keys, key, strict=True)))
             scale = 1e-6 if method.endswith("bytes") else 1.0 if "_pct_" in method else 1e6
             row[col] = None if v is None else v * scale
+            why.setdefault(key, {})[col] = reason
+    for key, row in table.items():
+        for col in methods:
+            if col not in row:
+                row[col] = None
+                why[key][col] = NaReason.NOT_RUN
+        row["na"] = describe(why[key].values())
+        row["_why"] = why[key]
     return [table[k] for k in sorted(table, key=lambda k: tuple(str(x).zfill(8) for x in k))]
 
 
@@ -308,8 +401,16 @@ def _mode_order(mode):
     return (order.index(mode), "") if mode in order else (len(order), str(mode))
 
 
-def _fmt(x, digits=2):
-    return "n/a" if x is None else f"{x:.{digits}f}"
+def _fmt(x, digits=2, reason=None):
+    """A figure, or the reason it is missing."""
+    if x is None:
+        return reason.label if reason is not None else "n/a"
+    return f"{x:.{digits}f}"
+
+
+def _cell(row, col, digits=2, suffix=""):
+    x = row.get(col)
+    return _fmt(x, digits, row.get("_why", {}).get(col)) + ("" if x is None else suffix)
 
 
 def markdown_grid(rows, section_keys, row_key, col_key, cell):
@@ -328,39 +429,43 @@ def markdown_grid(rows, section_keys, row_key, col_key, cell):
         lines.append("| ---: | " + " | ".join("---:" for _ in cols) + " |")
         for rv in sorted({r[row_key] for r in srows}):
             cells = {r[col_key]: cell(r) for r in srows if r[row_key] == rv}
-            lines.append(f"| {rv} | " + " | ".join(cells.get(c, "") for c in cols) + " |")
+            lines.append(f"| {rv} | " + " | ".join(cells.get(c, "not run") for c in cols) + " |")
     return lines
+
+
+def _csv_fields(rows):
+    return [k for k in rows[0] if not k.startswith("_")]
 
 
 def write_kda(out, res):
     written = []
     times = {"seed_us": "track_time", "cold_us": "track_time_cold"}
-    cell = lambda r: f"{_fmt(r.get('seed_us'))} / {_fmt(r.get('cold_us'))}"
+    cell = lambda r: f"{_cell(r, 'seed_us')} / {_cell(r, 'cold_us')}"
     keys = ["gate", "heads", "batch", "mode"]
     verify = kda_rows(res, KDA_VERIFY, keys, {**times, "peak_vram_mb": "track_peak_vram_bytes"})
     if verify:
-        write_csv(out / "kda_verify.csv", verify)
+        write_csv(out / "kda_verify.csv", verify, _csv_fields(verify))
         lines = ["# KDA chain-verify: us per call (seed-style / cold), CUDA-graph replays", ""]
         lines += markdown_grid(verify, ["gate", "heads"], "batch", "mode", cell)
         (out / "kda_verify.md").write_text("\n".join(lines) + "\n")
         written += ["kda_verify.csv", "kda_verify.md"]
     block_v = kda_rows(res, KDA_BLOCK_V, ["batch", "mode", "block_v"], times)
     if block_v:
-        write_csv(out / "kda_block_v.csv", block_v)
+        write_csv(out / "kda_block_v.csv", block_v, _csv_fields(block_v))
         lines = ["# KDA_VERIFY_BLOCK_V sweep: us per call (seed-style / cold)", ""]
         lines += markdown_grid(block_v, ["batch"], "block_v", "mode", cell)
         (out / "kda_block_v.md").write_text("\n".join(lines) + "\n")
         written += ["kda_block_v.csv", "kda_block_v.md"]
     bandwidth = kda_rows(res, KDA_BANDWIDTH, keys, {"pct_of_copy": "track_pct_of_copy_rate"})
     if bandwidth:
-        write_csv(out / "kda_bandwidth.csv", bandwidth)
+        write_csv(out / "kda_bandwidth.csv", bandwidth, _csv_fields(bandwidth))
         lines = ["# KDA chain-verify, cold: the spec's bytes per call / time, % of copy rate", ""]
         lines += markdown_grid(
             bandwidth,
             ["gate", "heads"],
             "batch",
             "mode",
-            lambda r: f"{_fmt(r.get('pct_of_copy'), 1)}%",
+            lambda r: _cell(r, "pct_of_copy", 1, "%"),
         )
         (out / "kda_bandwidth.md").write_text("\n".join(lines) + "\n")
         written += ["kda_bandwidth.csv", "kda_bandwidth.md"]
@@ -370,11 +475,40 @@ def write_kda(out, res):
 # ---------------------------------------------------------------- main
 
 
-def build(results_dir, out, machine=None, commit=None):
+def nsa_summary(direction, preset, prows):
+    """summary.md's lines for one NSA direction and preset."""
+    ceiling, cross = oom_ceiling(prows), crossover(prows)
+    by_len = {}
+    for r in prows:
+        by_len.setdefault(r["seq_len"], r)  # the reference's rows agree across patterns
+    ref_na = na_summary(list(by_len.values()), "ref")
+    oom = f"from seq_len {ceiling}" if ceiling is not None else "none recorded"
+    cross_text = f"seq_len {cross}" if cross is not None else "(none measured)"
+    lines = [
+        f"- NSA {direction}, {preset}: reference OOM ceiling {oom}; kernel throughput "
+        f"crossover at {cross_text}"
+    ]
+    if ref_na:
+        lines.append(f"  - reference n/a: {ref_na}")
+    for pattern in sorted({r["pattern"] for r in prows}, key=str):
+        pat_rows = [r for r in prows if r["pattern"] == pattern]
+        kernel_na = na_summary(pat_rows, "kernel")
+        if kernel_na:
+            lines.append(f"  - {pattern}: kernel n/a: {kernel_na}")
+        scale = scaling(pat_rows)
+        if scale:
+            lines.append(
+                f"  - {pattern}: kernel time x{scale[2]:.2f} from seq_len {scale[0]} "
+                f"to {scale[1]} (4x the tokens; linear = 4.00)"
+            )
+    return lines
+
+
+def build(results_dir, out, machine=None, commit=None, na_log=None):
     """Write every output; returns the list of files written."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    res = Results(results_dir, machine, commit)
+    res = Results(results_dir, machine, commit, na_log)
     written, summary = [], [f"# Benchmark report: machine {res.machine}", ""]
     for direction, cls in NSA.items():
         rows = nsa_table(res, cls)
@@ -385,21 +519,7 @@ def build(results_dir, out, machine=None, commit=None):
         write_csv(out / fname, rows)
         written += [fname] + plot_nsa(out, direction, rows)
         for preset in sorted({r["preset"] for r in rows}, key=str):
-            prows = [r for r in rows if r["preset"] == preset]
-            ceiling, cross = oom_ceiling(prows), crossover(prows)
-            summary.append(
-                f"- NSA {direction}, {preset}: reference n/a (out of memory, or not run in "
-                f"this suite) from seq_len "
-                f"{ceiling if ceiling is not None else '(none measured)'}; kernel throughput "
-                f"crossover at seq_len {cross if cross is not None else '(none measured)'}"
-            )
-            for pattern in sorted({r["pattern"] for r in prows}, key=str):
-                scale = scaling([r for r in prows if r["pattern"] == pattern])
-                if scale:
-                    summary.append(
-                        f"  - {pattern}: kernel time x{scale[2]:.2f} from seq_len {scale[0]} "
-                        f"to {scale[1]} (4x the tokens; linear = 4.00)"
-                    )
+            summary += nsa_summary(direction, preset, [r for r in rows if r["preset"] == preset])
     written += write_kda(out, res)
     summary += ["", "Commits used per benchmark:", ""]
     summary += [f"- {name}: {commit}" for name, commit in sorted(res.used.items())]
@@ -414,8 +534,12 @@ def main(argv=None):
     parser.add_argument("--out", default="report", help="output directory")
     parser.add_argument("--machine", help="machine name (default: the newest results')")
     parser.add_argument("--commit", help="commit hash prefix (default: newest per benchmark)")
+    parser.add_argument(
+        "--na-log",
+        help="the OOM log (default: <results>/<machine>/na_reasons.jsonl, ci/na_reasons.py)",
+    )
     args = parser.parse_args(argv)
-    written = build(args.results, args.out, args.machine, args.commit)
+    written = build(args.results, args.out, args.machine, args.commit, args.na_log)
     print(f"report: wrote {len(written)} files to {args.out}: " + ", ".join(written))
     print((Path(args.out) / "summary.md").read_text())
 
