@@ -1,0 +1,107 @@
+"""asv.conf.json's regressions_thresholds against the suite's own benchmark list.
+
+asv reads every increase as a regression, so a higher-is-better figure (a rate) must match
+the exclusion pattern, and a cost (time, memory) must keep the site's threshold. The list
+comes from asv_runner's own discovery, the one `asv run` uses, in each mode of the suite
+(smoke, the default GPU suite, the nightly sweep: discovery touches no GPU, so all three
+can be listed on a CPU). The rule: a benchmark's unit says which side it is on; "seconds"
+and "bytes" are costs, any other unit is a rate. A new rate named outside the naming rule
+in asv.conf.json therefore fails here.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+COST_UNITS = {"seconds", "bytes"}
+SITE_THRESHOLD = 0.02
+EXCLUDED = 1e6  # a relative change no benchmark can show
+
+# One process lists every mode: benchmarks/common.py reads the mode at import, so the
+# suite's modules are dropped from sys.modules between modes (torch and the kernels stay).
+LIST_ALL_MODES = r"""
+import json, os, sys
+from asv_runner.discovery import disc_benchmarks
+sys.path.insert(0, os.getcwd())
+modes = {"smoke": {"ATTNBENCH_SMOKE": "1"},
+         "default": {"ATTNBENCH_SMOKE": "0", "ATTNBENCH_SUITE": "default"},
+         "nightly": {"ATTNBENCH_SMOKE": "0", "ATTNBENCH_SUITE": "nightly"}}
+out = {}
+for mode, env in modes.items():
+    os.environ.update(env)
+    for name in [m for m in sys.modules if m == "benchmarks" or m.startswith("benchmarks.")]:
+        del sys.modules[name]
+    out[mode] = [{"name": b.name, "unit": b.unit, "params": [list(map(repr, p)) for p in b.params]}
+                 for b in disc_benchmarks("benchmarks")]
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def suite():
+    """{mode: [{name, unit, params}]} of every benchmark asv discovers."""
+    res = subprocess.run(
+        [sys.executable, "-c", LIST_ALL_MODES], cwd=ROOT, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-4000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def threshold(entry_name: str) -> float:
+    """asv 0.6.6's own threshold lookup for one entry of the regressions page."""
+    from asv.plugins.regressions import _GraphDataFilter
+    from asv.util import load_json
+
+    conf = SimpleNamespace(**load_json(str(ROOT / "asv.conf.json"), js_comments=True))
+    graph = SimpleNamespace(params={"branch": "main"})
+    return _GraphDataFilter(conf, None, {})._get_threshold(graph, None, entry_name)
+
+
+def entry_names(bench: dict) -> list[str]:
+    """The names asv gives a benchmark's data sets: `name(p1, p2, ...)` per parameter set,
+    as in asv.plugins.regressions (one set is enough; the name's method part decides)."""
+    if not bench["params"]:
+        return [bench["name"]]
+    first = [axis[0] for axis in bench["params"]]
+    return [f"{bench['name']}({', '.join(first)})"]
+
+
+def test_every_mode_lists_benchmarks(suite):
+    assert set(suite) == {"smoke", "default", "nightly"}
+    for mode, benches in suite.items():
+        assert any(b["unit"] == "seconds" for b in benches), mode
+    names = {b["name"] for benches in suite.values() for b in benches}
+    # The rates the site used to show as regressions are in the list that is checked.
+    assert {"kda.KdaBandwidth.track_pct_of_copy_rate", "common.CopyRate.track_copy_gb_per_s",
+            "nsa.NsaForward.track_tokens_per_s"} <= names  # fmt: skip
+
+
+def test_every_rate_is_excluded_and_every_cost_is_kept(suite):
+    seen = {}
+    for benches in suite.values():
+        for b in benches:
+            seen[b["name"]] = b
+    for b in seen.values():
+        for entry in entry_names(b):
+            got = threshold(entry)
+            if b["unit"] in COST_UNITS:
+                assert got == SITE_THRESHOLD, f"{entry} ({b['unit']}) is a cost: keep it at 2%"
+            else:
+                assert got >= EXCLUDED, (
+                    f"{entry} has unit {b['unit']!r}, a higher-is-better figure: name it by "
+                    "the rule in asv.conf.json's regressions_thresholds, or give it a cost unit"
+                )
+
+
+def test_the_check_can_fail():
+    """A rate named outside the rule keeps the 2% threshold (so the test above flags it)."""
+    assert threshold("kda.KdaBandwidth.track_copy_rate(1)") == SITE_THRESHOLD
+    assert threshold("nsa.NsaForward.track_tokens_per_s(4096)") >= EXCLUDED
+    assert threshold("common.Matmul.track_bf16_tflops") >= EXCLUDED
+    assert threshold("nsa.NsaForward.track_time(4096, 'per_s')") == SITE_THRESHOLD
