@@ -5,9 +5,11 @@ fused_sigmoid_gating_delta_rule_update  gate + beta + gated delta rule (snapshot
 fused_kda_conv_gating_verify            all of it in one kernel (module fused_verify,
                                         value tile from fused_verify.KDA_VERIFY_BLOCK_V)
 reference                               plain PyTorch: verify(...), replay(...), per-step math
+validate_indices                        range and duplicate check of an index vector (syncs)
 """
 
 from . import fused_verify, reference
+from .common import validate_indices
 from .conv import causal_conv1d_update
 from .fused_verify import fused_kda_conv_gating_verify
 from .recurrent import fused_sigmoid_gating_delta_rule_update
@@ -18,4 +20,5 @@ __all__ = [
     "fused_sigmoid_gating_delta_rule_update",
     "fused_verify",
     "reference",
+    "validate_indices",
 ]

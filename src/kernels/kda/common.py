@@ -36,6 +36,17 @@ def _load_rows(p, stride, N: tl.constexpr, mask):
 
 
 @triton.jit
+def _in_pool(i, n):
+    """Whether line index i (int64) addresses a pool of n lines: 0 <= i < n, in one unsigned
+    compare (a negative i reads as an unsigned value above any pool size). Every kernel
+    folds it into its validity mask, so an index outside its pool makes the sequence
+    padding, like a negative one. The select compiles to the compare itself; it hands
+    Triton's interpreter a boolean (it types an unsigned compare's result as uint64,
+    which numpy will not combine with the other masks)."""
+    return tl.where(i.to(tl.uint64, bitcast=True) < n, True, False)
+
+
+@triton.jit
 def _conv_out(b_xx, b_w, b_bias, t: tl.constexpr, W: tl.constexpr, SILU: tl.constexpr):
     """fp32 conv output of step `t`: silu(bias + sum_j w[j] * xx[t + j]), not yet rounded.
 
@@ -340,7 +351,7 @@ def _verify_steps(
 
 
 # ---------------------------------------------------------------------------------------
-# Host-side checks (no device synchronization)
+# Host-side checks (no device synchronization but in validate_indices, called on request)
 # ---------------------------------------------------------------------------------------
 
 
@@ -385,10 +396,64 @@ INDEX_DTYPES = (torch.int32, torch.int64)
 
 
 def check_index(name, t, n):
-    """An index vector of `n` int32/int64 entries (negative = padding)."""
+    """An index vector of `n` int32/int64 entries (its values are not read: negative or
+    outside the pool = padding, bounded in the kernels)."""
     check_tensor(name, t, shape=(n,), dtype=INDEX_DTYPES)
     if n > 1 and t.stride(0) != 1:
         raise ValueError(f"{name} must be contiguous")
+
+
+def validate_indices(indices, lines, name="indices", distinct=True):
+    """Check the values of one index vector against the pool it addresses; raise if broken.
+
+    The kernels never read these values on the host: an entry that is negative or >= the
+    pool's number of lines makes its sequence padding there (zero outputs, nothing read or
+    written), and two sequences given one line that the call writes is undefined. This
+    check turns both into errors, for a scheduler that wants to know.
+
+    Args:
+        indices: [B] int32/int64 tensor (any device), e.g. cache_indices.
+        lines: the pool's number of lines, an int >= 0, or the pool tensor itself (its
+            leading dimension: ssm_states, conv_state, intermediate_conv_window, ...).
+        name: the argument's name, for the messages.
+        distinct: also refuse a line that two sequences share (negative entries may
+            repeat). Pass True for every index whose lines the call writes (ring slots,
+            snapshot and window lines, a conv state rolled in place, a state written back);
+            False for a pool that is only read (conv_state or ssm_states during verify).
+    Raises TypeError for a non-tensor or a non-integer dtype, ValueError for a rank other
+    than 1, an entry >= lines, or (distinct) a repeated line. Negative entries (padding)
+    pass. Reads the values (syncs the device): call it where the indices are made, not
+    inside a captured graph.
+    """
+    if not isinstance(indices, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(indices).__name__}")
+    if indices.dtype not in INDEX_DTYPES:
+        raise TypeError(f"{name} must have dtype torch.int32 or torch.int64, got {indices.dtype}")
+    if indices.dim() != 1:
+        raise ValueError(f"{name} must be a [B] vector, got shape {tuple(indices.shape)}")
+    if isinstance(lines, torch.Tensor):
+        if lines.dim() == 0:
+            raise ValueError(f"lines of {name} must be an int or a pool tensor, got a 0-d tensor")
+        lines = lines.shape[0]
+    if not isinstance(lines, int) or isinstance(lines, bool) or lines < 0:
+        raise ValueError(f"lines of {name} must be an int >= 0 or a pool tensor, got {lines!r}")
+    idx = indices.detach().to(device="cpu", dtype=torch.int64)
+    over = (idx >= lines).nonzero().flatten()
+    if over.numel():
+        n = int(over[0])
+        raise ValueError(
+            f"{name}[{n}] = {int(idx[n])} is outside its pool of {lines} lines "
+            "(a negative entry marks padding)"
+        )
+    if distinct and idx.numel() > 1:
+        vals, order = torch.sort(idx, stable=True)
+        rep = ((vals[1:] == vals[:-1]) & (vals[1:] >= 0)).nonzero().flatten()
+        if rep.numel():
+            j = int(rep[0])
+            raise ValueError(
+                f"{name} gives line {int(vals[j])} to sequences {int(order[j])} and "
+                f"{int(order[j + 1])}: a line the call writes must be distinct"
+            )
 
 
 def check_pow2(name, value):

@@ -14,6 +14,7 @@ import triton.language as tl
 from .common import (
     FLOAT_DTYPES,
     _conv_out,
+    _in_pool,
     _load_rows,
     _store_windows,
     check_devices,
@@ -36,6 +37,8 @@ def _causal_conv1d_update_kernel(
     out,
     window,
     window_indices,
+    n_cs_lines,
+    n_win_lines,
     dim,
     s_x_n,
     s_x_c,
@@ -63,13 +66,15 @@ def _causal_conv1d_update_kernel(
     o_c = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     m_c = o_c < dim
     # The line indices head the longest chain of loads; the new inputs and the weights do
-    # not depend on them and are issued before the state rows that do.
+    # not depend on them and are issued before the state rows that do. A line outside its
+    # pool (negative or past the end) makes the sequence padding: every state and window
+    # access below is masked by `valid`.
     i_line = tl.load(conv_state_indices + i_n).to(tl.int64)
-    valid = i_line >= 0
+    valid = _in_pool(i_line, n_cs_lines)
     i_wline = i_line
     if WINDOW:
         i_wline = tl.load(window_indices + i_n).to(tl.int64)
-        valid = valid & (i_wline >= 0)
+        valid = valid & _in_pool(i_wline, n_win_lines)
     b_x = _load_rows(x + i_n * s_x_n + o_c * s_x_c, s_x_t, T, m_c)
     b_w = _load_rows(weight + o_c * s_w_c, s_w_w, W, m_c)
     if HAS_BIAS:
@@ -113,19 +118,25 @@ def causal_conv1d_update(
             of each line, oldest first. Line of sequence n: conv_state_indices[n].
         weight: [dim, W]; bias: [dim] or None (both any float dtype, read as fp32).
         activation: "silu"/"swish" or None.
-        conv_state_indices: [B] int32/int64, or None for line n = sequence n. A negative
-            entry marks a padded sequence: its outputs are zeros, nothing else is written.
+        conv_state_indices: [B] int32/int64, or None for line n = sequence n. An entry
+            outside 0..lines-1 of conv_state (negative, or >= conv_state.shape[0]) marks a
+            padded sequence: its outputs are zeros, nothing is read from or written to
+            any pool for it.
         intermediate_conv_window: None (decode: `conv_state` is rolled in place), or
             [lines, T', dim, W-1] with T' >= T, x's dtype (verify: `conv_state` is only read
             and the window after step t goes to [intermediate_state_indices[n], t]).
         intermediate_state_indices: [B] int32/int64, required with a window buffer;
-            negative = padded sequence.
+            outside 0..lines-1 of the window buffer = padded sequence (as above).
         cache_seqlens: must be None (circular conv states are not supported).
 
     Returns:
         out shaped and strided like x (x's dtype): out[n, c, t] = act(bias[c] +
         sum_j weight[c, j] * xx[t + j]) with xx = state columns followed by the new inputs.
-        Two sequences must not share a conv line when the state is rolled.
+
+    The index values are bounded in the kernel (one compare, no host read), so the call
+    stays CUDA-graph capturable. Two sequences sharing a line that is written (the conv
+    line when the state is rolled, the window line in verify) is undefined;
+    `kernels.kda.validate_indices` checks ranges and duplicates on request.
     """
     if cache_seqlens is not None:
         raise ValueError("cache_seqlens must be None: circular conv states are not supported")
@@ -189,6 +200,8 @@ def causal_conv1d_update(
         out3,
         win,
         win_idx,
+        conv_state.shape[0],
+        win.shape[0],
         dim,
         *x3.stride(),
         *conv_state.stride(),

@@ -23,6 +23,7 @@ import triton.language as tl
 from .common import (
     FLOAT_DTYPES,
     _conv_out,
+    _in_pool,
     _load_rows,
     _step_inputs,
     _store_ring_shared,
@@ -141,6 +142,9 @@ def _fused_verify_kernel(
     rawv,
     ring_g,
     ring_beta,
+    n_slots,
+    n_conv_lines,
+    n_lines,
     s_m_n,
     s_cw_c,
     s_cw_w,
@@ -205,10 +209,13 @@ def _fused_verify_kernel(
     DT = mixed.dtype.element_ty
 
     # 1. The indices: they head the longest chain of loads (index -> state / conv line).
+    # One outside its pool (negative or past the end; n_lines bounds both pools of the
+    # intermediate line, windows and snapshots) makes the sequence padding: every pool
+    # access below is masked by `valid`.
     i_slot = tl.load(h0_indices + i_n).to(tl.int64)
     i_cline = tl.load(conv_indices + i_n).to(tl.int64)
     i_line = tl.load(inter_indices + i_n).to(tl.int64)
-    valid = (i_slot >= 0) & (i_cline >= 0) & (i_line >= 0)
+    valid = _in_pool(i_slot, n_slots) & _in_pool(i_cline, n_conv_lines) & _in_pool(i_line, n_lines)
 
     # 2. The q/k head's inputs for all T steps (new inputs, conv weights and bias, saved
     # conv inputs), a, b and the gate parameters, all loaded before anything is computed.
@@ -402,9 +409,15 @@ def fused_kda_conv_gating_verify(
             position t of slot cache_indices[n].
         scale: defaults to K**-0.5. lower_bound: None (standard gate) or < 0 (safe gate).
 
-    A negative index of a sequence (cache_indices, conv_state_indices or
-    intermediate_state_indices) marks it as padding: its o rows are zeros, nothing else
-    is written. ssm_states and conv_state are never written.
+    Padding: a sequence whose index is outside its pool (negative, or cache_indices >=
+    ssm_states.shape[0], conv_state_indices >= conv_state.shape[0],
+    intermediate_state_indices >= the lines of intermediate_conv_window or of
+    intermediate_states_buffer) is padding: its o rows are zeros and nothing is read from
+    or written to any pool for it. The bounds are one compare per index in the kernel (no
+    host read), so the call stays CUDA-graph capturable. Two sequences sharing
+    intermediate_state_indices, or cache_indices in ring mode (lines the call writes), is
+    undefined; `kernels.kda.validate_indices` checks ranges and duplicates on request.
+    ssm_states and conv_state are never written.
 
     Returns:
         o: [B*T, HV, V] in mixed_qkv's dtype.
@@ -502,11 +515,15 @@ def fused_kda_conv_gating_verify(
     one_piece_first = state_first and SUB == BV  # that order loads first
     prefetch = prefetch and not one_piece_first
     first_ahead = (first_ahead or prefetch) and not one_piece_first
+    n_lines = window.shape[0]
+    if intermediate_states_buffer is not None:
+        n_lines = min(n_lines, intermediate_states_buffer.shape[0])
     grid = (B, HV, V // BV)
     _fused_verify_kernel[grid](
         mixed_qkv, conv_weight, conv_bias if conv_bias is not None else conv_weight, conv_state,
         conv_state_indices, window, intermediate_state_indices, a2, b2, A_log, dt_bias,
         ssm_states, cache_indices, o, *ptrs,
+        ssm_states.shape[0], conv_state.shape[0], n_lines,
         mixed_qkv.stride(0), *conv_weight.stride(), *conv_state.stride(), *window.stride(),
         a2.stride(0), b2.stride(0), o.stride(0), o.stride(1), *ssm_states.stride()[:3],
         *strides,

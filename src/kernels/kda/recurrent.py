@@ -16,6 +16,7 @@ import triton.language as tl
 
 from .common import (
     FLOAT_DTYPES,
+    _in_pool,
     _load_rows,
     _step_inputs,
     _store_ring_shared,
@@ -71,6 +72,8 @@ def _recurrent_verify_kernel(
     rawv,
     ring_g,
     ring_beta,
+    n_slots,
+    n_snap_lines,
     s_q_n,
     s_q_h,
     s_k_n,
@@ -126,13 +129,15 @@ def _recurrent_verify_kernel(
     o_k = tl.arange(0, K)
 
     # Slot and line first (they head the longest chain: index -> state), then the per-token
-    # rows of all T steps, which do not depend on them.
+    # rows of all T steps, which do not depend on them. A slot or line outside its pool
+    # (negative or past the end) makes the sequence padding: every state, snapshot and
+    # ring access is masked by `valid`.
     i_slot = tl.load(h0_indices + i_n).to(tl.int64)
-    valid = i_slot >= 0
+    valid = _in_pool(i_slot, n_slots)
     p_snap = snap
     if SNAPSHOT:
         i_line = tl.load(snap_indices + i_n).to(tl.int64)
-        valid = valid & (i_line >= 0)
+        valid = valid & _in_pool(i_line, n_snap_lines)
         p_snap = snap + i_line * s_snap_l + i_hv * s_snap_h
     i_tok = i_n * T
     b_q = _load_rows(q + i_tok * s_q_n + i_h * s_q_h + o_k, s_q_n, T, None)
@@ -233,16 +238,24 @@ def fused_sigmoid_gating_delta_rule_update(
         v: [..., HV, V] with the same token layout; a: N tokens of HV*K; b: N tokens of HV
         A_log [HV], dt_bias [HV*K]: fp32
         initial_state_source: [slots, HV, V, K] fp32, slot of sequence n =
-            initial_state_indices[n] (int32/int64 [B], negative = padded sequence: its o
-            rows are zeros and nothing else is written)
+            initial_state_indices[n] (int32/int64 [B])
         intermediate_states_buffer: [lines, >=T, HV, V, K] fp32 (snapshot after step t at
-            [intermediate_state_indices[n], t]), or None
+            [intermediate_state_indices[n], t], int32/int64 [B]), or None
         cache_ring: write the ring instead: replayssm_rawk [slots, H, R, K], replayssm_rawv
             [slots, HV, R, V] (input dtype), replayssm_g [slots, HV, R, K], replayssm_beta
             [slots, HV, R] (fp32), step t at position t of slot initial_state_indices[n];
             R a power of two >= 2*T.
     Returns:
         o: q.shape[:-2] + (HV, V), q's dtype.
+
+    Padding: a sequence whose initial_state_indices entry is outside 0..slots-1 (negative,
+    or >= initial_state_source.shape[0]), or whose intermediate_state_indices entry is
+    outside 0..lines-1 of intermediate_states_buffer, is padding: its o rows are zeros and
+    nothing is read from or written to any pool for it. The bounds are one compare per
+    index in the kernel (no host read), so the call stays CUDA-graph capturable. Two
+    sequences sharing a line that is written (a ring slot, a snapshot line, a state
+    written back) is undefined; `kernels.kda.validate_indices` checks ranges and
+    duplicates on request.
 
     Math (kernels.kda.reference is the plain PyTorch version): g = -exp(A_log) softplus(a + dt_bias)
     or, with lower_bound < 0, lower_bound * sigmoid(exp(A_log) (a + dt_bias)); beta =
@@ -349,6 +362,8 @@ def fused_sigmoid_gating_delta_rule_update(
     _recurrent_verify_kernel[grid](
         q3, k3, v3, a2, b2, A_log, dt_bias, initial_state_source, initial_state_indices, o3, snap_idx,
         *ptrs,
+        initial_state_source.shape[0],
+        intermediate_states_buffer.shape[0] if intermediate_states_buffer is not None else 1,
         q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1), v3.stride(0), v3.stride(1),
         a2.stride(0), b2.stride(0), o3.stride(0), o3.stride(1),
         *initial_state_source.stride()[:3],

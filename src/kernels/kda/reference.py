@@ -2,8 +2,9 @@
 
 Follows the spec step by step: causal conv (rounded to the input dtype), split, gate and
 beta, L2 normalization, gated delta rule; plus `replay`, the commit from the ring.
-Indices < 0 mark padded sequences: their outputs are zeros and their other results are
-NaN (nothing would be written for them).
+An index outside its pool (< 0 or >= the pool's leading dimension) marks a padded
+sequence, as in the kernels: its outputs are zeros and its other results are NaN (nothing
+would be written for them).
 """
 
 import torch
@@ -64,8 +65,15 @@ def _heads(x, H, HV):
     return x.repeat_interleave(HV // H, dim=1)
 
 
-def _safe(idx):
-    return idx.long().clamp(min=0)
+def _outside(idx, lines):
+    """Entries of idx that address no line of a pool of `lines` (padding)."""
+    return (idx < 0) | (idx >= lines)
+
+
+def _safe(idx, lines):
+    """idx as int64 line numbers that can be gathered (padding entries read line 0; their
+    results are masked after)."""
+    return torch.where(_outside(idx, lines), 0, idx.long())
 
 
 def verify(
@@ -101,15 +109,17 @@ def verify(
     dim = mixed_qkv.shape[1]
     B = mixed_qkv.shape[0] // T
     scale = K**-0.5 if scale is None else scale
-    pad = (cache_indices < 0) | (conv_state_indices < 0)
+    slots, lines = ssm_states.shape[0], conv_state.shape[0]
+    pad = _outside(cache_indices, slots) | _outside(conv_state_indices, lines)
     x = mixed_qkv.reshape(B, T, dim)
-    y, windows, _ = conv_steps(x, conv_state[_safe(conv_state_indices)], conv_weight, conv_bias)
+    cs = conv_state[_safe(conv_state_indices, lines)]
+    y, windows, _ = conv_steps(x, cs, conv_weight, conv_bias)
     q, k, v = y.split([H * K, H * K, HV * V], dim=-1)
     q, k, v = q.unflatten(-1, (H, K)), k.unflatten(-1, (H, K)), v.unflatten(-1, (HV, V))
     g = kda_gate(a.reshape(B, T, HV, K), dt_bias.reshape(HV, K), A_log, lower_bound)
     beta = torch.sigmoid(b.reshape(B, T, HV).float())
 
-    S = ssm_states[_safe(cache_indices)].float()
+    S = ssm_states[_safe(cache_indices, slots)].float()
     os, states = [], []
     for t in range(T):
         qn = _heads(l2norm(q[:, t]) * scale, H, HV)
@@ -137,18 +147,29 @@ def verify(
     return out
 
 
-def replay(ssm_states, cache_indices, rawk, rawv, g, beta, accepted):
+def replay(ssm_states, cache_indices, rawk, rawv, g, beta, accepted, T=None):
     """Commit by replay: the state after `accepted` tokens, from the ring alone.
 
     ssm_states [slots, HV, V, K] fp32; cache_indices [B]; ring rawk [slots, H, R, K],
     rawv [slots, HV, R, V], g [slots, HV, R, K], beta [slots, HV, R]; accepted: an int or
-    [B] ints in 1..T. Returns the new states [B, HV, V, K] (fp32); writes nothing.
-    Padded sequences (index < 0) get NaN.
+    [B] ints in 1..T, T the verify's draft length when given, else at most the ring length
+    R (an entry outside raises ValueError naming `accepted`). Returns the new states
+    [B, HV, V, K] (fp32); writes nothing. Padded sequences (index < 0 or >= slots) get NaN.
     """
     B = cache_indices.shape[0]
-    H, HV = rawk.shape[1], rawv.shape[1]
-    acc = torch.as_tensor(accepted, device=ssm_states.device).expand(B)
-    slot = _safe(cache_indices)
+    H, HV, R = rawk.shape[1], rawv.shape[1], rawk.shape[2]
+    if T is not None and (not isinstance(T, int) or isinstance(T, bool) or not 1 <= T <= R):
+        raise ValueError(f"T must be None or an int in 1..R={R}, got {T!r}")
+    top, what = (R, f"the ring length R={R}") if T is None else (T, f"T={T}")
+    acc = torch.as_tensor(accepted)
+    if acc.dtype.is_floating_point or acc.dtype.is_complex or acc.dtype == torch.bool:
+        raise TypeError(f"accepted must be an int or a tensor of ints, got {acc.dtype}")
+    if acc.dim() > 1 or acc.numel() not in (1, B):
+        raise ValueError(f"accepted must be an int or [{B}] ints, got shape {tuple(acc.shape)}")
+    if bool(((acc < 1) | (acc > top)).any()):
+        raise ValueError(f"accepted must lie in 1..{top} ({what}), got {accepted}")
+    acc = acc.to(ssm_states.device).expand(B)
+    slot = _safe(cache_indices, ssm_states.shape[0])
     S = ssm_states[slot].float()
     for t in range(int(acc.max())):
         kn = _heads(l2norm(rawk[slot, :, t]), H, HV)
@@ -156,5 +177,5 @@ def replay(ssm_states, cache_indices, rawk, rawv, g, beta, accepted):
         S_new, _ = delta_step(S, q0, kn, rawv[slot, :, t].float(), g[slot, :, t], beta[slot, :, t])
         S = torch.where((t < acc)[:, None, None, None], S_new, S)
     S = S.clone()
-    S[cache_indices < 0] = float("nan")
+    S[_outside(cache_indices, ssm_states.shape[0])] = float("nan")
     return S
