@@ -96,8 +96,24 @@ def make_inputs(B, H, HV, mode, seed):
     return x
 
 
+def validate_call_indices(api, x):
+    """Range and duplicate check of the indices of a call on buffers `x` against the pools
+    they address (kernels.kda.validate_indices; it reads the values, so it runs here, at
+    setup, never in a timed graph). Commits without the helper skip it."""
+    validate = getattr(api.module, "validate_indices", None)
+    if validate is None:
+        return
+    validate(x["idx"], x["conv"], "conv_state_indices", distinct=False)  # read only
+    validate(x["idx"], x["ssm"], "cache_indices")
+    validate(x["idx"], x["win"], "intermediate_state_indices")
+    if "snap" in x:
+        validate(x["idx"], x["snap"], "intermediate_state_indices")
+
+
 def make_call(api, mode, x, B, H, HV, lower_bound):
-    """A zero-argument callable running one verify in `mode` on buffers `x`; returns o."""
+    """A zero-argument callable running one verify in `mode` on buffers `x`; returns o.
+    The indices are checked first (validate_call_indices)."""
+    validate_call_indices(api, x)
     K = V = HEAD_DIM
     ring = mode.endswith("+ring")
     conv_state, window = x["conv"].transpose(-1, -2), x["win"].transpose(-1, -2)
