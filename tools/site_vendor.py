@@ -10,7 +10,8 @@ npm's flot ships unminified files, so the CDN's hashes would not match.
 
 The site then makes no third-party requests, which also suits runners and viewers behind a
 firewall. Any CDN reference this script does not know (a newer asv) is an error rather than
-a silently half-offline site. Running it again on a vendored site changes nothing.
+a silently half-offline site. Running it again on a vendored site changes nothing. A page
+that tools/site_extras.py marked as needing the internet loses that note here.
 
 Usage:
     python tools/site_vendor.py html [--node-modules node_modules]
@@ -61,6 +62,8 @@ COMPANIONS = {"bootstrap/dist/css/bootstrap.min.css": ["bootstrap/dist/fonts"]}
 TAG = re.compile(r"<(script|link)\b[^>]*>", re.IGNORECASE)
 URL_ATTR = re.compile(r'\b(src|href)="(https?://[^"]+)"')
 INTEGRITY = re.compile(r'\s*\bintegrity="[^"]*"')
+# tools/site_extras.py's note on a page that still loads from CDNs (one line).
+NOT_VENDORED_NOTE = re.compile(r'<div id="attnbench-not-vendored"[^\n]*</div>\n?')
 
 
 def sri(path: Path) -> str:
@@ -105,6 +108,7 @@ def vendor_site(site: Path, node_modules: Path) -> list[Path]:
     for page in sorted(site.glob("*.html")):
         text = page.read_text(encoding="utf-8")
         new = TAG.sub(lambda m: rewrite_tag(m.group(0), node_modules, site), text)
+        new = NOT_VENDORED_NOTE.sub("", new)
         if new != text:
             page.write_text(new, encoding="utf-8")
             changed.append(page)
