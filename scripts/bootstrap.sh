@@ -81,7 +81,9 @@ MSG
             "$VPY" tools/asv_host_site.py --write "$VENV"
     fi
     # Pin the project's install to the host's torch and Triton.
-    "$VPY" -c 'import torch, triton; print(f"torch=={torch.__version__}\ntriton=={triton.__version__}")' \
+    # (Distribution versions: a build's torch.__version__ may carry a local label that its
+    # metadata does not.)
+    "$VPY" -c 'import importlib.metadata as m; [print(f"{p}=={m.version(p)}") for p in ("torch", "triton")]' \
         >"$VENV/host-constraints.txt"
     CONSTRAINT=(-c "$VENV/host-constraints.txt")
 else

@@ -53,19 +53,25 @@ status=0
 if [ ! -d node_modules ] && command -v npm >/dev/null; then
     npm ci --no-audit --no-fund --loglevel=error || echo "main: npm ci failed" >&2
 fi
+VENDORED=yes
 if [ -d node_modules ]; then
     "$VPY" tools/site_vendor.py html
 else
-    echo "main: site not vendored (run npm ci to serve it without the internet)" >&2
+    VENDORED=no
 fi
 "$VPY" tools/report.py --results results --out report --machine "$MACHINE"
 
 cat <<EOF
 
-main: site written to $PWD/html/index.html
-main: preview it with   .venv/bin/asv preview    (serves html/ on http://127.0.0.1:8080)
+main: preview the site with   .venv/bin/asv preview   then open http://127.0.0.1:8080
+main: (asv's pages load their data by XHR, which browsers refuse for pages opened from disk)
+main: site files in $PWD/html/
 main: report (CSV, plots, KDA tables) in $PWD/report/
 EOF
+if [ "$VENDORED" = no ]; then
+    echo "main: no npm here, so the site's JavaScript libraries are not vendored: its pages" \
+        "load them from public CDNs and need the internet (npm ci, then this command again)"
+fi
 if [ "$status" -ne 0 ]; then
     echo "main: asv run exited $status (a benchmark failed; see the output above)" >&2
 fi
