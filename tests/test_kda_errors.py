@@ -16,6 +16,7 @@ from kernels.kda import (
     fused_kda_conv_gating_verify,
     fused_sigmoid_gating_delta_rule_update,
 )
+from kernels.kda import reference as ref_mod
 
 B, T, H, HV, K, V = 2, 2, 1, 2, 16, 16
 WATCHED = ("ssm", "conv_pool", "win_pool", "inter_ssm", "rawk", "rawv", "g", "beta")
@@ -160,4 +161,36 @@ def test_conv_bad_input(case, device):
     _apply(kw, inp, change)
     with pytest.raises(err, match=text):
         causal_conv1d_update(**kw)
+    _nothing_written(inp, before)
+
+
+REPLAY_CASES = [
+    ("past-ring", dict(accepted=99), ValueError, r"accepted must lie in 1\.\.16"),
+    ("zero", dict(accepted=0), ValueError, "accepted must lie"),
+    ("negative", dict(accepted=-1), ValueError, "accepted must lie"),
+    ("past-T", dict(accepted=3, T=T), ValueError, r"accepted must lie in 1\.\.2 \(T=2\)"),
+    ("one-past-T", dict(accepted="per-seq-3", T=T), ValueError, "accepted"),
+    ("per-seq-past-ring", dict(accepted="per-seq-17"), ValueError, "accepted"),
+    ("float", dict(accepted=1.5), TypeError, "accepted"),
+    ("shape", dict(accepted="three"), ValueError, "accepted must be an int or"),
+    ("bad-T", dict(accepted=1, T=0), ValueError, "T must be"),
+]
+
+
+@pytest.mark.parametrize("case", REPLAY_CASES, ids=[c[0] for c in REPLAY_CASES])
+def test_replay_bad_accepted(case, device):
+    """The reference replay refuses an accepted length outside 1..T (1..R without T),
+    naming `accepted`, and writes nothing."""
+    _, change, err, text = case
+    inp, before = _setup(device)
+    kw = dict(change)
+    if kw["accepted"] == "per-seq-3":
+        kw["accepted"] = torch.tensor([1, 3], device=device)
+    elif kw["accepted"] == "per-seq-17":
+        kw["accepted"] = torch.tensor([17, 1], device=device)
+    elif kw["accepted"] == "three":
+        kw["accepted"] = torch.ones(B + 1, dtype=torch.int64, device=device)
+    ring = [inp[n] for n in ("rawk", "rawv", "g", "beta")]
+    with pytest.raises(err, match=text):
+        ref_mod.replay(inp["ssm"], inp["cache_indices"], *ring, **kw)
     _nothing_written(inp, before)

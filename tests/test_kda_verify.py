@@ -16,6 +16,7 @@ from kernels.kda import (
     causal_conv1d_update,
     fused_kda_conv_gating_verify,
     fused_sigmoid_gating_delta_rule_update,
+    validate_indices,
 )
 from kernels.kda import reference as ref_mod
 
@@ -154,6 +155,15 @@ def recurrent_kwargs(mode, inp, conv_out, T, H, HV, K, V, lower_bound=None):
     )
 
 
+def validate_call_indices(inp):
+    """The range and duplicate check of every index the calls of `make_runner` take (the
+    conv lines are only read during verify, so they may repeat)."""
+    validate_indices(inp["cache_indices"], inp["ssm"], "cache_indices")
+    validate_indices(inp["cache_indices"], inp["conv_pool"], "conv_state_indices", distinct=False)
+    validate_indices(inp["inter_indices"], inp["win_pool"], "intermediate_state_indices")
+    validate_indices(inp["inter_indices"], inp["inter_ssm"], "intermediate_state_indices")
+
+
 def make_runner(mode, inp, B, T, H, HV, K, V, lower_bound=None):
     """The benchmark's call pattern for one mode (same keywords and views)."""
     if mode.startswith("fused"):
@@ -183,20 +193,43 @@ def _unused_rows_poisoned(buf, rows):
     return bool(buf[keep.to(buf.device)].isnan().all())
 
 
-def check_verify(mode, inp, before, o, ref, T, dtype):
-    """Everything one verify call must (and must not) have written."""
-    valid = [n for n in range(len(ref["pad"])) if not ref["pad"][n]]
-    slots = [int(inp["cache_indices"][n]) for n in valid]
-    lines = [int(inp["inter_indices"][n]) for n in valid]
+def _valid(ref):
+    return [n for n in range(len(ref["pad"])) if not ref["pad"][n]]
+
+
+def check_o(o, ref, T, dtype):
+    """o against the reference; zeros for padded sequences."""
     o = o.reshape(ref["o"].shape)
     assert rel_err(o, ref["o"]) < tol(dtype), "o"
     assert bool((o.reshape(-1, T, *o.shape[1:])[ref["pad"]] == 0).all()), "padded o rows"
-    # Read-only state, bitwise; windows are raw-input copies, bitwise.
-    assert same_bits(inp["ssm"], before["ssm"]) and same_bits(inp["conv_pool"], before["conv_pool"])
+
+
+def check_windows(inp, ref):
+    """The conv windows of the sequences the reference does not pad, bitwise (raw-input
+    copies); every other line of the pool still poisoned."""
+    valid = _valid(ref)
+    lines = [int(inp["inter_indices"][n]) for n in valid]
     win = inp["win_pool"].transpose(-1, -2)
     for n, line in zip(valid, lines, strict=True):
         assert same_bits(win[line], ref["windows"][n]), f"window of sequence {n}"
     assert _unused_rows_poisoned(win, lines), "windows of unused lines"
+
+
+def check_verify(mode, inp, before, o, ref, T, dtype):
+    """Everything one verify call must (and must not) have written."""
+    check_o(o, ref, T, dtype)
+    # Read-only state, bitwise.
+    assert same_bits(inp["ssm"], before["ssm"]) and same_bits(inp["conv_pool"], before["conv_pool"])
+    check_windows(inp, ref)
+    check_saves(mode, inp, ref, T, dtype)
+
+
+def check_saves(mode, inp, ref, T, dtype):
+    """The snapshots or ring entries of the sequences the reference does not pad, the
+    other buffer and every unused line or ring position still poisoned."""
+    valid = _valid(ref)
+    slots = [int(inp["cache_indices"][n]) for n in valid]
+    lines = [int(inp["inter_indices"][n]) for n in valid]
     ring_names = ("rawk", "rawv", "g", "beta")
     if mode.endswith("+ring"):
         assert bool(inp["inter_ssm"].isnan().all()), "snapshots written in ring mode"
@@ -216,6 +249,7 @@ def check_verify(mode, inp, before, o, ref, T, dtype):
 
 def run_and_check(mode, B, T, H, HV, K, V, dtype, device, lower_bound=None, pad=None, seed=0):
     inp = make_inputs(B, T, H, HV, K, V, dtype, device, seed=seed, pad=pad)
+    validate_call_indices(inp)
     before = {n: inp[n].clone() for n in ("ssm", "conv_pool")}
     ref = reference(inp, T, H, HV, K, V, lower_bound)
     o = make_runner(mode, inp, B, T, H, HV, K, V, lower_bound)()
@@ -280,7 +314,7 @@ def test_replay_matches_snapshots(cpu_dtype, device, one_tile):
         )
     # Per-sequence accepted lengths.
     acc = torch.tensor([1, T], device=device)
-    new = ref_mod.replay(ring["ssm"], ci, *bufs, acc)
+    new = ref_mod.replay(ring["ssm"], ci, *bufs, acc, T=T)
     assert rel_err(new[0], snap["inter_ssm"][lines[0], 0]) < 1e-5
     assert rel_err(new[1], snap["inter_ssm"][lines[1], T - 1]) < 1e-5
 
