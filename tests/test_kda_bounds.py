@@ -127,6 +127,23 @@ def test_fused_index_outside_pool_is_padding(mode, arg, pool, key, value, device
     check_saves(mode, inp, ref, T, torch.float32)
 
 
+@pytest.mark.parametrize("value", [2**40, -(2**62), 2**63 - 1])
+def test_fused_int64_index_far_outside_is_padding(value, device, one_tile):
+    """int64 indices beyond 32 bits, either sign, every index of one sequence at once."""
+    inp, guards = guarded_inputs(device, seed=79)
+    saved = guard_rows(guards)
+    kw = fused_kwargs("fused+ring", inp, T, H, HV, K, V)
+    for arg, key in (("cache_indices", "cache_indices"), ("conv_state_indices", "conv_indices"),
+                     ("intermediate_state_indices", "inter_indices")):  # fmt: skip
+        kw[arg] = spoil(inp[key].long(), value, None)
+    o = fused_kda_conv_gating_verify(**kw)
+    assert_guards_untouched(guards, saved)
+    ref = padded_reference(inp)
+    check_o(o, ref, T, torch.float32)
+    check_windows(inp, ref)
+    check_saves("fused+ring", inp, ref, T, torch.float32)
+
+
 def test_fused_snapshot_line_bounded_by_the_smaller_pool(device, one_tile):
     """intermediate_state_indices addresses two pools (windows and snapshots); a line that
     fits the window pool but not a shorter snapshot pool is padding too."""
