@@ -10,6 +10,9 @@ from kernels.nsa import (
     selection_forward_reference,
     validate_block_idx,
 )
+from kernels.nsa.reference import visibility_mask
+
+NAN, INF = float("nan"), float("inf")
 
 
 def rel_err(got, ref):
@@ -54,6 +57,30 @@ def odd_block_idx(B, Hkv, T, block_size, S, seed=0):
     idx[:, :, 3] = -1  # one row with no slot at all
     idx[:, :, T - 1] = NB + 5  # last row: only an out-of-range slot
     return idx.to(torch.int32)
+
+
+def at(x, positions, value):
+    """A copy of x ([B, H, T, D]) with every element of the key rows `positions` = value."""
+    x = x.clone()
+    x[:, :, positions] = value
+    return x
+
+
+def seen(idx, bs, T, positions, G):
+    """[B, Hq, T] bool: the rows that see at least one key of `positions`."""
+    mask = visibility_mask(idx, bs, T)[..., positions].any(-1)
+    return mask.repeat_interleave(G, dim=1)
+
+
+def with_repeats(idx, seed):
+    """idx with repeats within rows: in about half the rows the last slot copies slot 0,
+    in a quarter slot 1 does too (a block named three times)."""
+    g = torch.Generator().manual_seed(seed)
+    out = idx.clone()
+    r = torch.rand(idx.shape[:3], generator=g)
+    out[..., -1] = torch.where(r < 0.5, out[..., 0], out[..., -1])
+    out[..., 1] = torch.where(r < 0.25, out[..., 0], out[..., 1])
+    return out
 
 
 def test_dense_reference_matches_definition():
@@ -159,3 +186,71 @@ def test_validate_block_idx_errors():
     ok = idx.clone()
     ok[0, 0, 5] = torch.tensor([2, 2, 9])
     validate_block_idx(ok, 16)
+
+
+REFS = [selection_forward_reference, selection_forward_gather_reference]
+
+
+def test_repeated_block_counts_once_in_both_references():
+    """A block named by several slots of a row counts once: both references equal the
+    per-query definition (a set of keys) on rows with repeats."""
+    B, Hq, Hkv, T, bs, S = 1, 4, 2, 41, 8, 4
+    q, k, v = qkv(B, Hq, Hkv, T, 8, seed=7)
+    idx = with_repeats(odd_block_idx(B, Hkv, T, bs, S, seed=8), seed=9)
+    t = torch.arange(T)
+    kept0 = (idx[..., 0] >= 0) & (idx[..., 0] * bs <= t)
+    assert (kept0 & (idx[..., -1] == idx[..., 0]) & (idx[..., 1] == idx[..., 0])).any()
+    want = brute_force_o(q, k, v, idx, bs, 0.4)
+    for ref in REFS:
+        assert rel_err(ref(q, k, v, idx, bs, scale=0.4), want) < 1e-12
+
+
+@pytest.mark.parametrize("ref", REFS, ids=["dense", "gather"])
+@pytest.mark.parametrize("pattern", ["random", "odd"])
+def test_references_ignore_masked_nonfinite(ref, pattern):
+    """NaN or inf in k or v where a row cannot see it (blocks it did not select, keys after
+    it in a selected block, the last key) leaves the row as on clean inputs; a row that sees
+    a NaN is NaN, one that sees an inf value is not finite."""
+    B, Hq, Hkv, T, bs, S = 1, 4, 2, 45, 8, 4
+    q, k, v = qkv(B, Hq, Hkv, T, 8, seed=10)
+    idx = make_block_idx_random(B, Hkv, T, bs, S, "cpu", seed=4)
+    if pattern == "odd":
+        idx = odd_block_idx(B, Hkv, T, bs, S, seed=5)
+    p1, p2 = [T - 1, 13, 30], [T - 3, 21]
+    s1, s2 = seen(idx, bs, T, p1, 2), seen(idx, bs, T, p2, 2)
+    clean = ~(s1 | s2)
+    assert s1.any() and s2.any() and clean.any()
+    o0, lse0 = ref(q, k, v, idx, bs, return_lse=True)
+    for kx, vx, nan_rows, inf_rows in (
+        (at(k, p1, NAN), at(v, p2, INF), s1, s2),
+        (at(k, p2, INF), at(v, p1, -INF), None, s1),
+        (k, at(at(v, p1, NAN), p2, INF), s1, s2),
+    ):
+        o, lse = ref(q, kx, vx, idx, bs, return_lse=True)
+        assert torch.isfinite(o[clean]).all()
+        assert rel_err(o[clean], o0[clean]) < 1e-12
+        assert torch.equal(lse[clean], lse0[clean])
+        if nan_rows is not None:
+            assert torch.isnan(o[nan_rows]).all()
+        assert not torch.isfinite(o[inf_rows]).any()
+
+
+@pytest.mark.parametrize("ref", REFS, ids=["dense", "gather"])
+def test_reference_grads_ignore_unseen_nonfinite(ref):
+    """NaN and inf at keys no row sees (past every row's selection): o and every autograd
+    gradient equal those on clean inputs, the poisoned keys' dk and dv are 0."""
+    B, Hq, Hkv, T, bs, S = 1, 4, 2, 45, 8, 3
+    q, k, v = qkv(B, Hq, Hkv, T, 8, seed=11)
+    do = qkv(B, Hq, Hkv, T, 8, seed=12)[0]
+    idx = odd_block_idx(B, Hkv, T, bs, S, seed=6)
+    unseen = (~visibility_mask(idx, bs, T).any(-2)).all(0).all(0).nonzero().flatten()
+    assert len(unseen) >= 2 and unseen.max() == T - 1
+    pos = unseen.tolist()
+    grads = []
+    for kx, vx in ((k, v), (at(k, pos[::2], NAN), at(at(v, pos[1::2], INF), pos[::2], NAN))):
+        x = [t.clone().requires_grad_() for t in (q, kx, vx)]
+        o = ref(*x, idx, bs)
+        grads.append((o, *torch.autograd.grad(o, x, do)))
+    for got, want in zip(grads[1], grads[0], strict=True):
+        assert torch.isfinite(got).all() and torch.equal(got, want)
+    assert torch.all(grads[1][2][:, :, pos] == 0) and torch.all(grads[1][3][:, :, pos] == 0)

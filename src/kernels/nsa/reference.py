@@ -5,7 +5,11 @@ heads, softmax attention over the keys of the blocks listed in block_idx[b, h, t
 
 * a slot j is kept when 0 <= j < NB and j * block_size <= t (the block starts at or before t);
 * inside a kept block, key p is visible when p <= t (causal);
-* a row with no visible key yields o = 0 and lse = -inf, and no NaN in any gradient.
+* a block listed twice in one row is one block: its keys count once;
+* a row with no visible key yields o = 0 and lse = -inf, and no NaN in any gradient;
+* keys a row does not see take no part in its result, whatever their values: a NaN or inf in
+  k or v there changes nothing, in o, lse or the autograd gradients. A non-finite key or
+  value that a row does see makes that row's result non-finite (NaN here).
 
 `selection_forward_reference` builds the dense [T, T] mask (O(T^2) memory, the contrast of
 the benchmark); `selection_forward_gather_reference` gathers each query's S * block_size keys
@@ -47,6 +51,15 @@ def visibility_mask(block_idx, block_size, T):
     return mask & (pos[None, :] <= pos[:, None])
 
 
+def _finite_part(x):
+    """(x with its non-finite entries set to 0, bool mask of those entries), or (x, None)
+    when every entry is finite (one host sync: the references are not for graph capture)."""
+    bad = ~torch.isfinite(x)
+    if not bad.any():
+        return x, None
+    return x.masked_fill(bad, 0), bad
+
+
 def _masked_softmax(scores, mask):
     """Softmax of scores over the visible keys; empty rows give p = 0 and lse = -inf.
 
@@ -81,9 +94,22 @@ def selection_forward_reference(q, k, v, block_idx, block_size, scale=None, retu
     kf = k.to(cdt).repeat_interleave(G, dim=1)
     vf = v.to(cdt).repeat_interleave(G, dim=1)
     mask = visibility_mask(block_idx, block_size, T).repeat_interleave(G, dim=1)
+    # The products below run over all T keys; a key a row does not see gets p = 0 there,
+    # and 0 * NaN (or 0 * inf) is NaN. So the non-finite entries are taken out of k and v
+    # (zeroed), and put back only where a row sees them: a key with one gives NaN scores
+    # (masked to -inf below wherever it is not visible), a value entry v[p, d] gives NaN in
+    # o[t, d] of every row t that sees key p. Clean inputs skip both steps (no extra
+    # [T, T] memory).
+    kf, k_bad = _finite_part(kf)
+    vf, v_bad = _finite_part(vf)
     scores = (q.to(cdt) @ kf.transpose(-1, -2)) * _scale(q, scale)
+    if k_bad is not None:
+        scores = scores.masked_fill(k_bad.any(-1)[..., None, :], float("nan"))
     p, lse = _masked_softmax(scores, mask)
-    o = (p @ vf).to(q.dtype)
+    o = p @ vf
+    if v_bad is not None:
+        o = o.masked_fill((mask.to(cdt) @ v_bad.to(cdt)) > 0, float("nan"))
+    o = o.to(q.dtype)
     return (o, lse) if return_lse else o
 
 
@@ -94,8 +120,11 @@ def selection_forward_gather_reference(
 
     Each query gathers the S * block_size keys of its slots ([.., S * bs, D] per query), so the
     memory is O(chunk * S * bs * D) per chunk of `chunk` query positions instead of O(T^2).
-    Dropped slots and keys after t are masked, so a duplicate-free block_idx gives exactly the
-    dense result (a duplicated kept block would be counted twice here).
+    Dropped slots, repeats of an earlier slot's block in the same row, and keys after t are
+    masked, so the result is the dense one. Masked keys are zeroed in the gathered k and v
+    (the softmax gives them p = 0, and 0 * NaN would be NaN), so non-finite values there
+    take no part; visible ones propagate through the products as IEEE arithmetic carries
+    them.
     """
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], block_idx.shape[-1]
@@ -110,11 +139,16 @@ def selection_forward_gather_reference(
         t = torch.arange(t0, min(T, t0 + chunk), device=q.device)
         idx = block_idx[:, :, t0 : t0 + len(t)].long()
         keep = kept_slots(idx, block_size, T, t)  # [B, Hkv, n, S]
+        # A slot that repeats the block of an earlier slot of its row is dropped.
+        earlier = torch.ones(S, S, dtype=torch.bool, device=q.device).tril(-1)  # s' < s
+        keep &= ~((idx[..., :, None] == idx[..., None, :]) & earlier).any(-1)
         pos = idx.clamp(min=0)[..., None] * block_size + offs  # [B, Hkv, n, S, bs]
         vis = keep[..., None] & (pos <= t[:, None, None])
         pos = pos.clamp(max=T - 1).reshape(B, Hkv, -1)  # masked keys read any valid row
         kk = torch.gather(kf, 2, pos[..., None].expand(-1, -1, -1, D)).view(B, Hkv, len(t), -1, D)
         vv = torch.gather(vf, 2, pos[..., None].expand(-1, -1, -1, D)).view(B, Hkv, len(t), -1, D)
+        hidden = ~vis.reshape(B, Hkv, len(t), -1, 1)  # each query's own masked keys
+        kk, vv = kk.masked_fill(hidden, 0), vv.masked_fill(hidden, 0)
         qc = qg[:, :, :, t0 : t0 + len(t)]  # [B, Hkv, G, n, D]
         scores = torch.einsum("bhgtd,bhtkd->bhgtk", qc, kk) * sc
         mask = vis.reshape(B, Hkv, 1, len(t), S * block_size)
