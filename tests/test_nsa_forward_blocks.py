@@ -14,7 +14,7 @@ from test_nsa_kernels import (
     poisoned,  # noqa: F401  (autouse: outputs and partials start NaN)
     reference,
 )
-from test_nsa_reference import odd_block_idx, qkv, rel_err
+from test_nsa_reference import odd_block_idx, qkv, rel_err, with_repeats
 
 from kernels.nsa import (
     _checks,
@@ -160,15 +160,16 @@ def test_special_indices_int64_and_scale(scale, schedule):
 def test_block_lists_are_the_inverse_of_block_idx(chunk, windows, key64, monkeypatch):
     """For each (b, kv head, window, block): exactly the kept slots of the window's
     block-handled tiles, as flat slot indices t * S + s, with their block and whether the
-    token lies inside it, then -1 up to a multiple of `chunk` places; the histogram is
-    consumed to zero; the partials' lse is -inf at exactly the dropped slots of
-    block-handled tiles (every head of a padded group of 3) and untouched elsewhere. key64:
-    the fill kernel's 64-bit sort keys (for NB * slots per tile past 32 bits), forced by a
-    zero limit."""
+    token lies inside it, then -1 up to a multiple of `chunk` places; a slot repeating an
+    earlier slot's block in its row is left out (the block counts once); the histogram is
+    consumed to zero; the partials' lse is -inf at exactly the dropped slots (repeats
+    included) of block-handled tiles (every head of a padded group of 3) and untouched
+    elsewhere. key64: the 64-bit sort keys of the fill kernel and of the tile-list kernel's
+    (block, slot) sort (for NB * slots per tile past 32 bits), forced."""
     if key64:
         monkeypatch.setattr(forward_blocks, "FILL_KEY32_MAX", 0)
     T, bs, S, block_t = 45, 8, 3, 4
-    idx = odd_block_idx(2, 2, T, bs, S, seed=34).long()
+    idx = with_repeats(odd_block_idx(2, 2, T, bs, S, seed=34), seed=3).long()
     idx[1, 0, 30] = torch.tensor([2**32 + 1, 1, -1])
     NB, n_tiles = -(-T // bs), -(-T // block_t)
     tpw = forward.window_tiles(n_tiles, windows)  # 3 tiles a window: 4 windows, one short
@@ -177,7 +178,7 @@ def test_block_lists_are_the_inverse_of_block_idx(chunk, windows, key64, monkeyp
     handled = counts > thr
     assert handled.any() and (~handled).any()
     hist = torch.zeros(4, windows * NB, dtype=torch.int32)
-    assert torch.equal(forward.tile_block_lists(idx, bs, block_t, hist, thr)[1], counts)
+    assert torch.equal(forward.tile_block_lists(idx, bs, block_t, hist, thr, key64)[1], counts)
     part_l = torch.full((4, T, S, 3), float("nan"))
     row_ptr, col, code = forward_blocks.block_lists(
         idx, counts, hist, thr, bs, block_t, chunk, part_l
@@ -185,7 +186,11 @@ def test_block_lists_are_the_inverse_of_block_idx(chunk, windows, key64, monkeyp
     assert not hist.any()
     flat = idx.view(4, T, S)
     t = torch.arange(T)[None, :, None]
-    dropped = ~((flat >= 0) & (flat < NB) & (flat * bs <= t))
+    earlier = torch.ones(S, S, dtype=torch.bool).tril(-1)  # [s, s']: s' < s
+    repeat = ((flat[..., :, None] == flat[..., None, :]) & earlier).any(-1)
+    kept = (flat >= 0) & (flat < NB) & (flat * bs <= t)
+    assert (kept & repeat).any()
+    dropped = ~(kept & ~repeat)
     dropped &= handled.repeat_interleave(block_t, 1)[:, :T, None]
     assert dropped.any() and (~dropped).any()
     assert torch.equal(part_l == float("-inf"), dropped[..., None].expand(-1, -1, -1, 3))
@@ -196,9 +201,9 @@ def test_block_lists_are_the_inverse_of_block_idx(chunk, windows, key64, monkeyp
     assert code.shape == (4, -(-L // chunk))
     assert (row_ptr[:, 0] == 0).all() and (row_ptr % chunk == 0).all()
     want = {}
-    for bh, t, s in torch.nonzero(flat >= 0).tolist():
+    for bh, t, s in torch.nonzero(kept & ~repeat).tolist():
         j = flat[bh, t, s].item()
-        if handled[bh, t // block_t] and j < NB and j * bs <= t:
+        if handled[bh, t // block_t]:
             want.setdefault((bh, t // block_t // tpw * NB + j), []).append(t * S + s)
     assert windows == 1 or len({key[1] // NB for key in want}) > 2  # several windows used
     for bh in range(4):

@@ -7,17 +7,20 @@ tile needs with real queries instead of padding. BLOCK_T = max(1, TILE_ROWS // B
 
 Each kept block that any token of the tile selected is loaded once ([block_size, D] of K and
 V) and multiplied by the whole query tile; rows whose token did not select it, and keys after
-a row's position, are masked to -inf. Neighbouring tokens often share blocks (always, for the
-'recent' pattern), so a shared block costs one K/V load and one dot for the whole tile; in the
-worst case (no sharing) the work equals that of a per-token kernel. The softmax is the online
-(running max) form in fp32 over the visited blocks, in base 2; o is written in the input dtype
-and lse = log(sum exp(s)) in fp32, natural log, -inf (with o = 0) for rows with no visible key.
+a row's position, are masked to -inf. A block listed twice in a token's row is one block
+(the tile visits each block once, and a row either selected it or not). Neighbouring tokens
+often share blocks (always, for the 'recent' pattern), so a shared block costs one K/V load
+and one dot for the whole tile; in the worst case (no sharing) the work equals that of a
+per-token kernel. The softmax is the online (running max) form in fp32 over the visited
+blocks, in base 2; o is written in the input dtype and lse = log(sum exp(s)) in fp32, natural
+log, -inf (with o = 0) for rows with no visible key.
 
 How a tile finds its blocks (knob TILE_LOOP):
 * "list" (default): a small kernel first writes, per tile, the sorted distinct kept blocks of
   its BLOCK_T * S slots and their count (`tile_block_lists`). The attention loop then runs
-  over real blocks only, with no branch, so Triton can software-pipeline its K/V loads
-  (NUM_STAGES) across iterations.
+  over real blocks only, with no branch around its loads (the one for the causal diagonal,
+  below, holds none), so Triton can software-pipeline its K/V loads (NUM_STAGES) across
+  iterations.
 * "pairs": the loop walks all BLOCK_T * S (token, slot) pairs, loads each id, skips the pair
   when an earlier pair of the tile produced the same block, and branches on the result. No
   side buffer, but a serial, unpipelined loop; kept to compare against.
@@ -40,6 +43,18 @@ before it returns.
 
 fp32 inputs use tl.dot with input_precision="ieee" so results match the fp32 reference to
 about 1e-5 on the GPU as well as in the interpreter.
+
+Masked keys take no part in a row's result, whatever their values. Masking the scores to
+-inf covers k; but p @ v sums p * v over all keys of the block, and a key hidden from a row
+has p = 0 there, with 0 * NaN = NaN. Three cases, each handled where it can occur:
+* keys after the tile's last token (and past T) are seen by no row: loaded as 0;
+* rows whose token did not select the block keep their accumulator unchanged (a select);
+* keys between the tile's first and last token (the causal diagonal; only blocks ending
+  after the tile's first token) are seen by some rows only: when such a block's product
+  comes out non-finite on a row that selected it, it is recomputed with non-finite values
+  zeroed and NaN put back into the rows that see one (`_visible_pv`). Clean inputs pay the
+  check only.
+A non-finite key or value that a row sees makes the row non-finite (NaN when it is a NaN).
 """
 
 import contextlib
@@ -174,17 +189,30 @@ def _sorted_runs(b_x, i_e, L: tl.constexpr):
 
 
 @triton.jit
+def _repeats(b_key, i_e, S: tl.constexpr, L_PAD: tl.constexpr):
+    """Lanes sorted by key = block * L_PAD + tile-local slot (token * S + slot): whether a
+    lane names the same block as the lane before it for the same token, i.e. a later slot
+    of one row repeating that row's block (the row's first such slot is not a repeat)."""
+    b_prev = tl.gather(b_key, tl.maximum(i_e - 1, 0), 0)
+    same_j = b_key // L_PAD == b_prev // L_PAD
+    same_t = (b_key % L_PAD) // S == (b_prev % L_PAD) // S
+    return (i_e > 0) & same_j & same_t
+
+
+@triton.jit
 def _tile_list_kernel(
     IDX, LIST, COUNT, HIST, T, NB, N_TILES, MIN_BLOCKS, NW, TPW,
     S: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, L_PAD: tl.constexpr,
-    USE_HIST: tl.constexpr,
+    USE_HIST: tl.constexpr, KEY64: tl.constexpr,
 ):  # fmt: skip
     """LIST[bh, tile, :count] = sorted distinct kept blocks of the tile's BLOCK_T * S slots;
     COUNT[bh, tile] = count. Entries past count are left unwritten (never read).
     USE_HIST: when count > MIN_BLOCKS (a block-handled tile), also add to HIST[bh, w, j] the
-    number of the tile's kept slots that chose block j (one int32 atomic per distinct block,
-    not per slot: block 0 of the 'random' pattern is chosen by every token); w = tile // TPW,
-    the tile's window of TPW tiles (HIST is [B * Hkv, NW, NB])."""
+    number of the tile's tokens whose kept slots chose block j (a block repeated within a
+    row counts once; one int32 atomic per distinct block, not per slot: block 0 of the
+    'random' pattern is chosen by every token); w = tile // TPW, the tile's window of TPW
+    tiles (HIST is [B * Hkv, NW, NB]). With USE_HIST the slots are sorted by (block, slot)
+    (64-bit keys when KEY64), so that a row's repeats sit side by side; otherwise by block."""
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_e = tl.arange(0, L_PAD)
@@ -194,7 +222,15 @@ def _tile_list_kernel(
     b_j = tl.load(p_idx + i_e, mask=ok, other=-1)
     # Dropped slots sort last as NB; after sorting, a block's first copy is the one that
     # differs from its left neighbour, and a prefix sum of those flags is its output slot.
-    b_j = tl.sort(tl.where(ok & _kept(b_j, i_t, T, NB, BS), b_j, NB).to(tl.int32))
+    b_j = tl.where(ok & _kept(b_j, i_t, T, NB, BS), b_j, NB).to(tl.int32)
+    if USE_HIST:
+        if KEY64:
+            b_key = tl.sort(b_j.to(tl.int64) * L_PAD + i_e)
+        else:
+            b_key = tl.sort(b_j * L_PAD + i_e)
+        b_j = (b_key // L_PAD).to(tl.int32)
+    else:
+        b_j = tl.sort(b_j)
     first, last, start, _ = _sorted_runs(b_j, i_e, L_PAD)
     first = first & (b_j < NB)
     pos = tl.cumsum(first.to(tl.int32), 0) - 1
@@ -204,9 +240,12 @@ def _tile_list_kernel(
     tl.store(COUNT + o_tile, count)
     if USE_HIST:
         if count > MIN_BLOCKS:
-            # A run's last lane adds the run length (its lane - the run's first lane + 1).
+            # A run's last lane adds the run's lanes that are no repeat: its prefix count
+            # of them, less that of the run's first lane (never a repeat), plus one.
+            fresh = tl.cumsum((_repeats(b_key, i_e, S, L_PAD) == 0).to(tl.int32), 0)
+            n_run = fresh - tl.gather(fresh, start, 0) + 1
             p_hist = HIST + (i_bh.to(tl.int64) * NW + pid_t // TPW) * NB + b_j
-            tl.atomic_add(p_hist, i_e - start + 1, mask=last & (b_j < NB), sem="relaxed")
+            tl.atomic_add(p_hist, n_run, mask=last & (b_j < NB), sem="relaxed")
 
 
 def window_tiles(n_tiles, n_windows):
@@ -214,7 +253,7 @@ def window_tiles(n_tiles, n_windows):
     return triton.cdiv(n_tiles, n_windows)
 
 
-def tile_block_lists(block_idx, block_size, block_t, hist=None, min_blocks=0):
+def tile_block_lists(block_idx, block_size, block_t, hist=None, min_blocks=0, key64=None):
     """Per tile of block_t consecutive tokens, the distinct kept blocks its tokens selected.
 
     Args:
@@ -223,9 +262,11 @@ def tile_block_lists(block_idx, block_size, block_t, hist=None, min_blocks=0):
         block_t: tokens per tile.
         hist: optional int32 [B * Hkv, NW * NB], zero-filled: for every tile with more
             than `min_blocks` distinct blocks (block-handled), hist[bh, w * NB + j] is
-            increased by the number of its kept slots that chose block j, w = the tile's
-            window (`window_tiles`).
+            increased by the number of its tokens that kept block j (once per token, also
+            when its row lists j twice), w = the tile's window (`window_tiles`).
         min_blocks: see hist.
+        key64: with hist, sort (block, slot) keys in 64 bits (None: only when
+            (NB + 1) * next_pow2(block_t * S) exceeds int32).
     Returns:
         lists: int32 [B * Hkv, n_tiles, block_t * S]; row [bh, i] holds, ascending, the
             count[bh, i] distinct blocks kept by any token of tile i (entries after that are
@@ -238,24 +279,53 @@ def tile_block_lists(block_idx, block_size, block_t, hist=None, min_blocks=0):
     lists = torch.empty(B * Hkv, n_tiles, block_t * S, dtype=torch.int32, device=block_idx.device)
     counts = torch.empty(B * Hkv, n_tiles, dtype=torch.int32, device=block_idx.device)
     NW = 1 if hist is None else hist.shape[1] // NB
+    l_pad = triton.next_power_of_2(block_t * S)
+    if key64 is None:
+        key64 = (NB + 1) * l_pad > 2**31 - 1
     _tile_list_kernel[(n_tiles, B * Hkv)](
         block_idx, lists, counts, counts if hist is None else hist, T, NB, n_tiles, min_blocks,
         NW, window_tiles(n_tiles, NW),
-        S=S, BS=block_size, BLOCK_T=block_t, L_PAD=triton.next_power_of_2(block_t * S),
-        USE_HIST=hist is not None, num_warps=TILE_LIST_WARPS,
+        S=S, BS=block_size, BLOCK_T=block_t, L_PAD=l_pad,
+        USE_HIST=hist is not None, KEY64=bool(key64) and hist is not None,
+        num_warps=TILE_LIST_WARPS,
     )  # fmt: skip
     return lists, counts
 
 
 @triton.jit
+def _any_nonfinite(b_x, rows):
+    """Whether an element of b_x ([R, C] fp32) in a row where `rows` ([R] bool) holds is inf
+    or NaN (NaN fails every comparison, so `abs < inf` is false for both)."""
+    bad = ~(tl.abs(b_x) < float("inf"))
+    return tl.max((bad & rows[:, None]).to(tl.int32)) > 0
+
+
+@triton.jit
+def _visible_pv(b_p, b_v, vis, PREC: tl.constexpr):
+    """p @ v ([R, K] x [K, D]) with each row's sum over its visible keys (vis [R, K]) only.
+
+    A dot adds p * v over every key, and a key hidden from a row (p = 0 there) with a
+    non-finite value would make the row NaN (0 * NaN, 0 * inf). Here non-finite values
+    enter the dot as 0, and a row that sees a key with one gets NaN in its whole row.
+    """
+    b_fin = tl.abs(b_v.to(tl.float32)) < float("inf")
+    key_bad = tl.min(b_fin.to(tl.int32), axis=1) == 0
+    row_bad = tl.max((vis & key_bad[None, :]).to(tl.int32), axis=1) > 0
+    b_pv = tl.dot(b_p, tl.where(b_fin, b_v, tl.zeros_like(b_v)), input_precision=PREC)
+    return tl.where(row_bad[:, None], float("nan"), b_pv)
+
+
+@triton.jit
 def _attend_block(
-    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, T, qk_scale,
-    D: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr,
+    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, t0, t_last, qk_scale,
+    D: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr, BLOCK_T: tl.constexpr,
 ):  # fmt: skip
-    """One online-softmax step of the tile over key block j; returns the new (m, l, acc)."""
+    """One online-softmax step of the tile over key block j; returns the new (m, l, acc).
+    t0, t_last: the tile's first and last token (t_last < T)."""
     i_d = tl.arange(0, D)
     i_k = j * BS + tl.arange(0, BS)
-    k_ok = (i_k < T)[:, None]
+    # Keys after the tile's last token, and past T, are seen by no row: read as 0.
+    k_ok = (i_k <= t_last)[:, None]
     b_k = tl.load(K + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
     b_v = tl.load(V + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
     # Rows whose token selected j (row_ok folds in padding rows), keys up to t.
@@ -268,7 +338,16 @@ def _attend_block(
     alpha = tl.exp2(b_m - m_safe)
     b_p = tl.exp2(b_s - m_safe[:, None])
     b_l = b_l * alpha + tl.sum(b_p, axis=1)
-    b_acc = b_acc * alpha[:, None] + tl.dot(b_p.to(b_v.dtype), b_v, input_precision=PREC)
+    b_p = b_p.to(b_v.dtype)
+    b_pv = tl.dot(b_p, b_v, input_precision=PREC)
+    if BLOCK_T > 1:
+        # Keys t0 < p <= t_last are seen by the rows of tokens t >= p only (one token: none).
+        if j * BS + BS - 1 > t0:
+            if _any_nonfinite(b_pv, sel):
+                b_pv = _visible_pv(b_p, b_v, vis, PREC)
+    # A row whose token did not select j has p = 0 on the whole block: it keeps its
+    # accumulator (the dot's row would be NaN if the block held a non-finite value).
+    b_acc = tl.where(sel[:, None], b_acc * alpha[:, None] + b_pv, b_acc)
     return m_new, b_l, b_acc
 
 
@@ -290,6 +369,8 @@ def _sel_fwd_tile(
     p_kv = i_bh.to(tl.int64) * T * D
     b_q = tl.load(Q + o_row[:, None] + i_d[None, :], mask=row_ok[:, None], other=0.0)
     b_j, i_s = _tile_slots(p_idx, i_t, T, NB, S, BS, S_PAD)
+    t0 = pid_t * BLOCK_T
+    t_last = tl.minimum(t0 + BLOCK_T - 1, T - 1)
 
     b_m = tl.full([BLOCK_T * BLOCK_G], float("-inf"), tl.float32)
     b_l = tl.zeros([BLOCK_T * BLOCK_G], tl.float32)
@@ -301,16 +382,16 @@ def _sel_fwd_tile(
             for i in range(0, n):
                 j = tl.load(p_list + i)
                 b_m, b_l, b_acc = _attend_block(
-                    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, T, qk_scale,
-                    D, BS, PREC,
+                    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, t0, t_last,
+                    qk_scale, D, BS, PREC, BLOCK_T,
                 )  # fmt: skip
         else:
             i = 0
             while i < n:
                 j = tl.load(p_list + i)
                 b_m, b_l, b_acc = _attend_block(
-                    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, T, qk_scale,
-                    D, BS, PREC,
+                    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, t0, t_last,
+                    qk_scale, D, BS, PREC, BLOCK_T,
                 )  # fmt: skip
                 i += 1
     else:
@@ -319,13 +400,14 @@ def _sel_fwd_tile(
             j, visit = _next_block(p_idx, f, pid_t * BLOCK_T, T, NB, b_j, i_flat, S, BS)
             if visit:
                 b_m, b_l, b_acc = _attend_block(
-                    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, T, qk_scale,
-                    D, BS, PREC,
+                    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, t0, t_last,
+                    qk_scale, D, BS, PREC, BLOCK_T,
                 )  # fmt: skip
-    has_key = b_l > 0
-    b_o = b_acc / tl.where(has_key, b_l, 1.0)[:, None]
-    b_lse = (b_m + tl.log2(tl.where(has_key, b_l, 1.0))) * LN2
-    b_lse = tl.where(has_key, b_lse, float("-inf"))
+    # No visible key: l = 0 (a NaN l, from a visible NaN key, stays NaN in o and lse).
+    no_key = b_l == 0
+    b_o = b_acc / tl.where(no_key, 1.0, b_l)[:, None]
+    b_lse = (b_m + tl.log2(tl.where(no_key, 1.0, b_l))) * LN2
+    b_lse = tl.where(no_key, float("-inf"), b_lse)
     tl.store(O + o_row[:, None] + i_d[None, :], b_o.to(O.dtype.element_ty), mask=row_ok[:, None])
     tl.store(LSE + o_row // D, b_lse, mask=row_ok)
 

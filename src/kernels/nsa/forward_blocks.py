@@ -6,9 +6,9 @@ otherwise stream its own K/V block; here each block is loaded once per chunk of 
 that chose it. Steps (all on the device, no host sync, so the call stays capturable in a
 CUDA graph):
 
-1. Count (in forward.py's tile-list kernel): HIST[bh, w, j] = kept slots of block-handled
-   tiles of window w (LIST_WINDOW consecutive tokens) that chose block j, one int32 atomic
-   per distinct block of a tile. Each (window, block) pair has its own list, and the lists
+1. Count (in forward.py's tile-list kernel): HIST[bh, w, j] = tokens of block-handled
+   tiles of window w (LIST_WINDOW consecutive tokens) that kept block j (a row that lists
+   j twice counts once), one int32 atomic per distinct block of a tile. Each (window, block) pair has its own list, and the lists
    run window by window: the programs, which walk the lists in order, all work on one window
    at a time, so the window's q rows (each read by the S blocks its token chose) are read
    from DRAM about once and then hit in L2.
@@ -21,7 +21,9 @@ CUDA graph):
    head of the list of (its window, block) with one atomic that counts HIST[bh, w, j] down,
    and writes there the flat slot index t * S + s (COL); an atomic max gives each chunk of
    places its code (CODE: the block, with a flag for a token inside the block: only such
-   chunks need the causal mask). The order of tiles inside a list depends on the atomics'
+   chunks need the causal mask). A slot naming a block that an earlier slot of its row
+   named (in (block, slot) order it follows that slot) is dropped, so a repeated block
+   counts once, as in step 1's count. The order of tiles inside a list depends on the atomics'
    order: it is nondeterministic. The tile's dropped slots get PART_L = -inf (no partial
    will be written for them), so that the combine needs nothing but PART_L to tell them.
 4. `_partial_kernel`: the lists of one (b, kv head) are cut into chunks of CHUNK entries
@@ -31,9 +33,13 @@ CUDA graph):
    (p @ v) / l and lse_part = m + log2(l) (base 2), stored at PART_O[bh, t, s, g, :] /
    PART_L[bh, t, s, g]. Every kept block has a visible key (j * bs <= t), so lse_part is
    finite. Programs are persistent (PARTIAL_WAVES) and walk their chunks in a loop that
-   Triton software-pipelines (PARTIAL_STAGES): the loop body has no inner loop (its one
-   branch, the causal mask, holds no load), so the next chunks' list entries, gathered q rows and K/V blocks are copied to
-   shared memory while this chunk computes. A block chosen by every token (block 0 of the
+   Triton software-pipelines (PARTIAL_STAGES): the loop body has no inner loop (its
+   branches, on chunks that need the causal mask, hold no load), so the next chunks' list
+   entries, gathered q rows and K/V blocks are copied to shared memory while this chunk
+   computes. Masked keys take no part in a row's partial: the causal mask covers k, and a
+   causal chunk whose p @ v comes out non-finite on a real row is recomputed with the
+   block's non-finite values zeroed and NaN in the rows that see one (forward.py's
+   `_visible_pv`); the other chunks' rows see every key of their block. A block chosen by every token (block 0 of the
    'random' pattern) simply fills many chunks, so the load is balanced by construction;
    the padding costs at most one partly empty chunk per list.
 5. `_combine_kernel`, per block-handled tile: for each row, the partials of its kept slots
@@ -63,7 +69,16 @@ from triton.language.extra import libdevice
 from triton.runtime.interpreter import InterpretedFunction
 
 from . import _checks
-from .forward import LN2, _kept, _sorted_runs, _tile_rows, window_tiles
+from .forward import (
+    LN2,
+    _any_nonfinite,
+    _kept,
+    _repeats,
+    _sorted_runs,
+    _tile_rows,
+    _visible_pv,
+    window_tiles,
+)
 
 # Tuning knobs, read at call time: query rows (list entries x padded group) per chunk of the
 # partial kernel (16-bit inputs; fp32 takes half), its warps, and its persistent programs
@@ -131,7 +146,8 @@ def _fill_kernel(
     CHUNK: tl.constexpr, KEY64: tl.constexpr, BLOCK_G: tl.constexpr,
 ):  # fmt: skip
     """Place the kept slots of one block-handled tile in their blocks' lists, and mark its
-    dropped slots' PART_L -inf (step 3)."""
+    dropped slots' PART_L -inf (step 3). A slot that repeats its row's block (an earlier
+    slot of the same token kept it) counts as dropped: the block counts once per row."""
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)
     if tl.load(COUNT + i_bh.to(tl.int64) * tl.num_programs(0) + pid_t) > MIN_BLOCKS:
@@ -155,15 +171,25 @@ def _fill_kernel(
         b_j = (b_key // L_PAD).to(tl.int32)
         i_slot = (b_key % L_PAD).to(tl.int32) + e0
         _, last, start, end = _sorted_runs(b_j, i_e, L_PAD)
-        valid = b_j < NB
+        # Sorted by (block, slot), a row's repeats of a block follow its first slot naming
+        # it: they get no place (the tile-list kernel's HIST did not count them either) and
+        # PART_L -inf, as dropped slots.
+        rep = _repeats(b_key, i_e, S, L_PAD) & (b_j < NB)
+        valid = (b_j < NB) & ~rep
+        p_rep = PART_L + (i_bh.to(tl.int64) * T * S + i_slot)[:, None] * G + i_g[None, :]
+        tl.store(p_rep, b_inf, mask=rep[:, None] & (i_g < G)[None, :])
         # HIST[bh, w, j] counts the list's unclaimed entries down: the run's last lane takes
-        # the run's length off it and the run fills the places [top - length, top).
+        # the run's n placed lanes off it, and they fill the places [top - n, top) in lane
+        # order (a lane's place: top, less the run's placed lanes after it, less one).
+        n_le = tl.cumsum(valid.to(tl.int32), 0)
+        n_end = tl.gather(n_le, end, 0)
+        n_run = n_end - tl.gather(n_le, start, 0) + 1  # the run's first lane is placed
         i_list = (pid_t // TPW) * NB + b_j
         p_hist = HIST + i_bh.to(tl.int64) * NW * NB + i_list
-        b_top = tl.atomic_add(p_hist, start - i_e - 1, mask=last & valid, sem="relaxed")
+        b_top = tl.atomic_add(p_hist, -n_run, mask=last & (b_j < NB), sem="relaxed")
         b_top = tl.gather(b_top, end, 0)
         b_ptr = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NW * NB + 1) + i_list, mask=valid, other=0)
-        place = b_ptr + b_top - (end - i_e) - 1
+        place = b_ptr + b_top - (n_end - n_le) - 1
         tl.store(COL + i_bh.to(tl.int64) * L + place, i_slot, mask=valid)
         # The chunk's code: its block, and whether any of its tokens lies inside the block
         # (only then does the causal mask matter). All entries of a chunk share the block,
@@ -253,7 +279,15 @@ def _partial_chunk(
     else:
         b_rl = 1.0 / b_l
         b_lg = tl.log2(b_l)
-    b_o = tl.dot(b_p.to(b_v.dtype), b_v, input_precision=PREC) * b_rl[:, None]
+    b_p = b_p.to(b_v.dtype)
+    b_pv = tl.dot(b_p, b_v, input_precision=PREC)
+    if b_code % 2 == 1:
+        # Keys after a row's token (and the copies of key T - 1 read for keys past T) are
+        # hidden from it with p = 0, and a non-finite value there would make its sum NaN:
+        # when a real row's product is not finite, it is recomputed over visible keys only.
+        if _any_nonfinite(b_pv, ok):
+            b_pv = _visible_pv(b_p, b_v, i_k[None, :] <= i_t[:, None], PREC)
+    b_o = b_pv * b_rl[:, None]
     if OFF64:
         o_part = i_slot.to(tl.int64) * G + i_g
     else:
@@ -391,9 +425,10 @@ def _combine_tile(
             b_acc = b_acc * alpha[:, None] + b_w[:, None] * b_o
             b_m = m_new
         m_safe = b_m
-    has_key = b_l > 0
-    b_l = tl.where(has_key, b_l, 1.0)
-    b_lse = tl.where(has_key, (m_safe + tl.log2(b_l)) * LN2, float("-inf"))
+    # No kept slot: l = 0 (a NaN l, from a partial that saw a NaN key, stays NaN).
+    no_key = b_l == 0
+    b_l = tl.where(no_key, 1.0, b_l)
+    b_lse = tl.where(no_key, float("-inf"), (m_safe + tl.log2(b_l)) * LN2)
     p_out = O + o_row[:, None] + i_d[None, :]
     tl.store(p_out, (b_acc / b_l[:, None]).to(O.dtype.element_ty), mask=row_ok[:, None])
     tl.store(LSE + o_row // D, b_lse, mask=row_ok)
