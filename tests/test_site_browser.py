@@ -2,10 +2,11 @@
 
 A throwaway clone with two commits is benchmarked in smoke mode (one NSA and one KDA
 benchmark, cheap under the interpreter), `asv publish` writes the site,
-`tools/site_vendor.py` vendors its libraries, and the site is served on 127.0.0.1 and
-opened with Playwright driving the system's Chromium (Debian's package;
-scripts/ci_tools.sh installs it). Every request to anything but the local server is
-recorded and aborted: the site must need none."""
+`tools/site_vendor.py` vendors its libraries, `tools/report.py` writes the report and
+`tools/site_extras.py` adds it to the site (with the smoke banner, as the main job does).
+The site is served on 127.0.0.1 and opened with Playwright driving the system's Chromium
+(Debian's package; scripts/ci_tools.sh installs it). Every request to anything but the
+local server is recorded and aborted: the site must need none."""
 
 import functools
 import json
@@ -75,8 +76,14 @@ def site(tmp_path_factory):
     suite = json.loads(described.read_text())
     described.write_text(json.dumps({k: v for k, v in suite.items() if k in (NSA, KDA, "version")}))
     smoke.asv("publish", "--config", conf, cwd=repo, home=home)
-    vendor = [sys.executable, str(smoke.ROOT / "tools" / "site_vendor.py"), str(repo / "html")]
-    subprocess.run(vendor, check=True)
+    tools = smoke.ROOT / "tools"
+    subprocess.run([sys.executable, str(tools / "site_vendor.py"), str(repo / "html")], check=True)
+    report = [sys.executable, str(tools / "report.py"), "--results", str(repo / "results"),
+              "--out", str(repo / "report"), "--machine", smoke.MACHINE]  # fmt: skip
+    subprocess.run(report, check=True, capture_output=True)
+    extras = [sys.executable, str(tools / "site_extras.py"), str(repo / "html"),
+              "--report", str(repo / "report")]  # fmt: skip
+    subprocess.run(extras, check=True, capture_output=True)
     return repo / "html"
 
 
@@ -171,3 +178,70 @@ def test_regressions_page_loads(page, server):
     page.wait_for_function("$('#regressions-body').children().length > 0", timeout=30000)
     assert page.locator("#regressions-body").is_visible()
     assert page.errors == [] and page.external == []
+
+
+SMOKE_TEXT = "Smoke mode: tiny sizes on the CPU through Triton's interpreter"
+BANNER = "#attnbench-smoke-banner"
+
+
+def test_smoke_banner_on_every_view(page, server):
+    views = {
+        "": "$('.benchmark-container:visible').length > 0",
+        "#/regressions": "$('#regressions-body').children().length > 0",
+        f"#{NSA}": f"({POINTS_JS})() !== null",
+    }
+    for view, shown in views.items():
+        page.goto(f"{server}/index.html{view}")
+        page.wait_for_function(shown, timeout=30000)
+        banner = page.locator(BANNER)
+        assert banner.is_visible() and SMOKE_TEXT in banner.inner_text(), view
+        box = banner.bounding_box()
+        assert box["height"] > 0 and box["y"] + box["height"] <= page.viewport_size["height"]
+    assert page.errors == [] and page.external == []
+
+
+def test_report_page_linked_from_the_index(page, server, site):
+    page.goto(f"{server}/index.html")
+    page.wait_for_selector(".benchmark-container", timeout=30000)
+    page.locator("#nav a", has_text="Report").click()
+    page.wait_for_url(f"{server}/report/index.html")
+    page.wait_for_load_state("load")
+    assert "Benchmark report: machine cpu-smoke" in page.content()
+    assert SMOKE_TEXT in page.locator(BANNER).inner_text()
+    # the report's plots are there and decode
+    images = page.eval_on_selector_all("img", "els => els.map(e => [e.src, e.naturalWidth])")
+    assert any("vram_vs_seqlen_fwd.png" in src for src, _ in images)
+    assert images and all(width > 0 for _, width in images)
+    assert (site / "report" / "nsa_forward.csv").is_file()
+    assert page.errors == [] and page.external == []
+
+
+def test_no_smoke_regressions(page, server, site):
+    assert json.loads((site / "regressions.json").read_text())["regressions"] == []
+    page.goto(f"{server}/index.html#/regressions")
+    page.wait_for_function("$('#regressions-body').children().length > 0", timeout=30000)
+    assert page.locator("#regressions-body table tbody tr").count() == 0
+    assert page.errors == [] and page.external == []
+
+
+def test_page_opened_from_disk_says_to_serve_it(browser, site):
+    ctx = browser.new_context()
+    pg = ctx.new_page()
+    pg.goto((site / "index.html").as_uri())
+    warning = pg.locator("#attnbench-file-warning")
+    warning.wait_for(state="visible", timeout=30000)
+    text = warning.inner_text()
+    assert ".venv/bin/asv preview" in text and "http://127.0.0.1:8080" in text
+    # asv's own page (its error page asks for an internet connection) is hidden; the
+    # smoke banner stays
+    pg.wait_for_load_state("load")
+    visible = pg.evaluate("() => document.body.innerText")
+    assert "internet connection" not in visible and "Benchmark grid" not in visible
+    assert SMOKE_TEXT in visible
+    ctx.close()
+
+
+def test_served_page_has_no_file_warning(page, server):
+    page.goto(f"{server}/index.html")
+    page.wait_for_selector(".benchmark-container", timeout=30000)
+    assert not page.locator("#attnbench-file-warning").is_visible()

@@ -338,7 +338,8 @@ def draw_panel(ax, prows, metric, ylabel, title):
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, loc="best")
+    if ax.get_legend_handles_labels()[1]:
+        ax.legend(fontsize=8, loc="best")
 
 
 def _line(ax, rows, key, label, style):

@@ -71,11 +71,28 @@ FILE_STYLE = (
     "padding: 16px 20px; background: #f2dede; border: 2px solid #a94442; color: #a94442; "
     "font: 15px sans-serif; border-radius: 4px"
 )
-# Shown by the script below only under file:, so served pages never show it.
+# Shown by the script below only under file:, so served pages never show it. It also hides
+# the page's own content there: asv's graphs cannot load, and its error page (where it sends
+# a reader whose libraries failed to load) asks for an internet connection, which is not
+# what is missing. The smoke banner stays.
 FILE_SCRIPT = """<script>
       (function () {
-        if (window.location.protocol === "file:") {
-          document.getElementById("attnbench-file-warning").style.display = "block";
+        if (window.location.protocol !== "file:") return;
+        var keep = {"attnbench-file-warning": 1, "attnbench-smoke-banner": 1,
+                    "attnbench-not-vendored": 1};
+        document.getElementById("attnbench-file-warning").style.display = "block";
+        function hideTheRest() {
+          var children = document.body.children;
+          for (var i = 0; i < children.length; i++) {
+            if (!keep[children[i].id] && children[i].tagName !== "SCRIPT") {
+              children[i].style.display = "none";
+            }
+          }
+        }
+        if (document.readyState === "loading") {
+          document.addEventListener("DOMContentLoaded", hideTheRest);
+        } else {
+          hideTheRest();
         }
       })();
     </script>"""
