@@ -132,6 +132,26 @@ def is_oom(log: set, commit: str, benchmark: str, params: Sequence[str]) -> bool
     )
 
 
+# What `asv compare` prints in place of a value, and the reasons each can stand for: it
+# shows NaN and a benchmark missing from one side's results alike.
+COMPARE_CELLS = {
+    "n/a": (NaReason.SKIPPED, NaReason.OUT_OF_MEMORY, NaReason.NOT_RUN),
+    "failed": (NaReason.FAILED,),
+}
+
+
+def compare_note(cells: Iterable[str]) -> str:
+    """A line explaining the value-less cells of `asv compare` rows among `cells` (e.g. the
+    Before and After cells of every row); "" when there is none."""
+    found = {c.strip() for c in cells} & set(COMPARE_CELLS)
+    parts = []
+    for cell in (c for c in COMPARE_CELLS if c in found):
+        labels = [LABELS[r] for r in COMPARE_CELLS[cell]]
+        words = labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " or " + labels[-1]
+        parts.append(f"`{cell}`: {words}")
+    return "; ".join(parts)
+
+
 def describe(reasons: Iterable[NaReason | None]) -> str:
     """The distinct reasons of a set of points, in a fixed order: "out of memory, not run";
     "" when every point was measured."""

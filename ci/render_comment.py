@@ -33,6 +33,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a file: the repo root holds the `ci` package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ci.na_reasons import compare_note  # noqa: E402
+
 MARKER = "<!-- attnbench-gpu-gate -->"
 # GitHub refuses comments longer than 65536 characters; leave room for the footer.
 MAX_CHARS = 60000
@@ -138,6 +142,9 @@ def render_section(
         f"{summary} (factor {factor}; `+` slower, `-` faster, `!` newly failing, "
         "`*` fixed, `x` version changed, `~` beyond the factor but not significant).",
     ]
+    note = compare_note(c for r in rows for c in (r.before, r.after))
+    if note:
+        out += ["", f"Cells without a value: {note} (ci/na_reasons.py)."]
     if confirm is not None:
         suspects = confirm.get("suspects") or []
         names = ", ".join(f"`{n}`" for n in suspects)

@@ -59,6 +59,8 @@ def test_render_failing_gate(tmp_path):
     assert "Benchmark failures" in body and "exit 2" in body
     assert "2 slower, 1 failed, 1 faster, 1 not comparable, 3 unchanged" in body
     assert "factor 1.05" in body
+    # the failed cell is named with the shared n/a encoding's label
+    assert "Cells without a value: `failed`: failed (ci/na_reasons.py)." in body
     regressions = section(body, "#### Regressions")
     assert "NsaForward.track_time(4096," in regressions
     assert "KdaVerify.track_peak_vram_bytes(16," in regressions
@@ -130,3 +132,19 @@ def test_long_output_is_truncated():
     text = "".join(row.format(i) for i in range(3000))
     body = render_comment.render([render_comment.render_section(text, "a", "b", "h", "1", 0)])
     assert len(body) < 65536 and "truncated" in body
+
+
+def test_value_less_cells_are_explained():
+    text = (
+        "| Change | Before [a] | After [b] | Ratio | Benchmark (Parameter) |\n"
+        "|--------|-----------|-----------|-------|------------------------|\n"
+        "|        | n/a       | n/a       | n/a   | nsa.NsaForward.track_time(65536) |\n"
+        "|        | 1.00ms    | 1.01ms    | 1.01  | nsa.NsaForward.track_time(4096) |\n"
+    )
+    body = render_comment.render_section(text, "main", "head", "h200", "1.015", 0)
+    assert "`n/a`: skipped by choice, out of memory or not run" in body
+    assert "`failed`" not in body
+    plain = text.replace("| n/a       | n/a       | n/a   |", "| 1.00ms | 1.00ms | 1.00 |")
+    assert "Cells without a value" not in render_comment.render_section(
+        plain, "main", "head", "h200", "1.015", 0
+    )
