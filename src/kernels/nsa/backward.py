@@ -12,7 +12,7 @@ dS = P * (do v^T - delta), dq = scale * dS k, dk = scale * dS^T q, dv = P^T do.
   int32 key block * T + t, dropped slots block NB; one sort per row groups entries by block
   with tokens ascending, and a binary search gives the block offsets; no host sync).
   A program owns dk/dv of one key block and loops over its list in chunks of BLOCK_Q tokens x
-  G heads, gathering their q, do, lse and delta rows. Load balance: a block chosen by many
+  G heads, gathering their q, do, lse, delta and lo rows. Load balance: a block chosen by many
   queries (block 0 of the 'random' pattern is chosen by all of them) would be one long serial
   program, so each list is cut into segments of SEGMENT_CHUNKS * BLOCK_Q entries, one program
   per segment. A block with one segment (the common case) writes dk/dv directly; the segments
@@ -23,6 +23,32 @@ dS = P * (do v^T - delta), dq = scale * dS k, dk = scale * dS^T q, dv = P^T do.
   chose get zeros).
   Memory is O(T * S): the sorted list and offsets, plus the partial buffer of at most
   2 * T * S / segment length tiles of [2, block_size, D] fp32 per (b, kv head).
+
+Precision at large logits: an fp32 lse near 100 carries an absolute error of ~1e-5, and
+exp(s - lse) carries it as a relative error shared by the whole row. The dq kernel, which
+visits all of a row's keys, also sums its recomputed P' = exp2(s - lse) to r and
+renormalises (dq = dq' / r); it stores lo = log2(r) per row (fp32 [B, Hq, T]), and the
+dk/dv kernel uses exp2((s - lse) - lo), the same normalised P, as long as it recomputes the
+same scores (the GPU's IEEE fp32 dot does: one FMA chain per element, whatever the tile
+shape).
+
+Masked keys take no part in another row's gradient, whatever their values (the spec's sums
+run over visible keys only). Products run over whole blocks, where a key hidden from a row
+has P = dS = 0, and 0 * NaN = NaN, so each contraction is guarded where it can meet one:
+* dS = P (dp - delta) is selected, not multiplied, on the visible keys (dp from a NaN v, or
+  the NaN delta of a row that sees a poisoned key, stays out of keys the row cannot see);
+* dq = dS k sums over keys: keys after the tile's last token (and past T) are loaded as 0;
+  rows whose token did not select the block keep their accumulator (a select); a block
+  holding keys between the tile's first and last token (seen by some rows only) has its
+  product recomputed with non-finite k entries as 0 when it comes out non-finite on a row
+  that selected it. Clean inputs pay the check only;
+* dk = dS^T q and dv = P^T do sum over query rows: the select on dS and P covers them.
+The gradients of a row that sees a non-finite key or value, of the keys that row sees, and
+of the non-finite key or value itself, are unspecified (typically NaN).
+
+A block repeated in a row's slots counts once, as in the dense reference: the dq kernel
+visits each block once per tile (a row selected it or not), and `invert_block_idx` lists
+each (token, block) pair once.
 """
 
 import torch
@@ -56,28 +82,53 @@ SORT_ENTRIES = 1 << 19  # one (b, kv head) row at the seed shape, T=32768: peak 
 
 
 @triton.jit
+def _nonfinite_in(b_x, rows):
+    """Whether b_x ([R, C] fp32) holds an inf or NaN in a row where `rows` ([R] bool) holds
+    (NaN fails every comparison, so `abs < inf` is false for both)."""
+    bad = (tl.abs(b_x) < float("inf")) == 0
+    return tl.max((bad & rows[:, None]).to(tl.int32)) > 0
+
+
+@triton.jit
 def _dq_block(
-    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, T, qk_scale,
-    D: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr,
+    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, b_r, t0, t_last,
+    qk_scale, D: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr, BLOCK_T: tl.constexpr,
 ):  # fmt: skip
-    """dq contribution of key block j to the tile: returns b_dq + dS k (unscaled)."""
+    """Key block j's share of the tile: returns (b_dq + dS' k, b_r + rowsum P'), where
+    P' = exp2(s - lse) and dS' = P' (dp - delta) are not yet renormalised (see the kernel).
+    t0, t_last: the tile's first and last token (t_last < T)."""
     i_d = tl.arange(0, D)
     i_k = j * BS + tl.arange(0, BS)
-    k_ok = (i_k < T)[:, None]
+    # Keys after the tile's last token, and past T, are seen by no row: read as 0.
+    k_ok = (i_k <= t_last)[:, None]
     b_k = tl.load(K + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
     b_v = tl.load(V + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
     sel = (tl.sum((b_j == j).to(tl.int32), axis=1) > 0) & row_ok
     vis = sel[:, None] & (i_k[None, :] <= i_t[:, None])
     b_s = tl.dot(b_q, tl.trans(b_k), input_precision=PREC) * qk_scale
-    b_p = tl.where(vis, tl.exp2(b_s - b_lse[:, None]), 0.0)
+    b_p = tl.exp2(tl.where(vis, b_s - b_lse[:, None], float("-inf")))
     b_dp = tl.dot(b_do, tl.trans(b_v), input_precision=PREC)
-    b_ds = b_p * (b_dp - b_delta[:, None])
-    return b_dq + tl.dot(b_ds.to(b_k.dtype), b_k, input_precision=PREC)
+    # Selected, not multiplied: dp of a hidden key may be NaN (a non-finite v).
+    b_ds = tl.where(vis, b_p * (b_dp - b_delta[:, None]), 0.0).to(b_k.dtype)
+    b_r += tl.sum(b_p, axis=1)
+    # dS k sums over all keys of the block, and a key hidden from a row (dS = 0 there) with
+    # a non-finite k would make that row NaN (0 * NaN, 0 * inf). Rows whose token did not
+    # select j keep their accumulator (a select). Keys t0 < p <= t_last are seen by the rows
+    # of tokens t >= p only (one token: none): when such a block's product comes out
+    # non-finite on a row that selected it, it is recomputed with non-finite k entries as 0
+    # (a row that sees one has a non-finite lse or delta, hence a non-finite dS, anyway).
+    b_dsk = tl.dot(b_ds, b_k, input_precision=PREC)
+    if BLOCK_T > 1:
+        if j * BS + BS - 1 > t0:
+            if _nonfinite_in(b_dsk, sel):
+                b_k = tl.where(tl.abs(b_k.to(tl.float32)) < float("inf"), b_k, 0.0)
+                b_dsk = tl.dot(b_ds, b_k.to(b_ds.dtype), input_precision=PREC)
+    return tl.where(sel[:, None], b_dq + b_dsk, b_dq), b_r
 
 
 @triton.jit
 def _sel_bwd_dq_kernel(
-    Q, K, V, IDX, LIST, COUNT, O, DO, LSE, DELTA, DQ,
+    Q, K, V, IDX, LIST, COUNT, O, DO, LSE, DELTA, LSE_LO, DQ,
     T, NB, Hq, G, qk_scale, scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
@@ -103,8 +154,11 @@ def _sel_bwd_dq_kernel(
     b_lse = tl.load(LSE + o_row // D, mask=row_ok, other=0.0) * 1.4426950408889634
     b_lse = tl.where(b_lse == float("-inf"), 0.0, b_lse)
     b_j, i_s = _tile_slots(p_idx, i_t, T, NB, S, BS, S_PAD)
+    t0 = pid_t * BLOCK_T
+    t_last = tl.minimum(t0 + BLOCK_T - 1, T - 1)
 
     b_dq = tl.zeros([BLOCK_T * BLOCK_G, D], tl.float32)
+    b_r = tl.zeros([BLOCK_T * BLOCK_G], tl.float32)
     if USE_LIST:
         o_tile = i_bh.to(tl.int64) * tl.num_programs(0) + pid_t
         p_list = LIST + o_tile * BLOCK_T * S
@@ -112,17 +166,17 @@ def _sel_bwd_dq_kernel(
         if FOR_LOOP:
             for i in range(0, n):
                 j = tl.load(p_list + i)
-                b_dq = _dq_block(
-                    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, T,
-                    qk_scale, D, BS, PREC,
+                b_dq, b_r = _dq_block(
+                    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, b_r, t0,
+                    t_last, qk_scale, D, BS, PREC, BLOCK_T,
                 )  # fmt: skip
         else:
             i = 0
             while i < n:
                 j = tl.load(p_list + i)
-                b_dq = _dq_block(
-                    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, T,
-                    qk_scale, D, BS, PREC,
+                b_dq, b_r = _dq_block(
+                    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, b_r, t0,
+                    t_last, qk_scale, D, BS, PREC, BLOCK_T,
                 )  # fmt: skip
                 i += 1
     else:
@@ -130,16 +184,25 @@ def _sel_bwd_dq_kernel(
         for f in range(0, BLOCK_T * S):
             j, visit = _next_block(p_idx, f, pid_t * BLOCK_T, T, NB, b_j, i_flat, S, BS)
             if visit:
-                b_dq = _dq_block(
-                    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, T,
-                    qk_scale, D, BS, PREC,
+                b_dq, b_r = _dq_block(
+                    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, b_r, t0,
+                    t_last, qk_scale, D, BS, PREC, BLOCK_T,
                 )  # fmt: skip
-    tl.store(DQ + p_rows, (b_dq * scale).to(DQ.dtype.element_ty), mask=row_ok[:, None])
+    # Renormalise: P' = exp2(s - lse) sums to r = 2^-e instead of 1 when the forward's lse is
+    # off by e (an fp32 lse near 100 carries an error of ~1e-5, and |s| that large is where
+    # it shows). dS is linear in P, so dq = dq' / r; lo = log2(r) lets the dk/dv kernel use
+    # exp2((s - lse) - lo), the same normalised P, without folding lo into lse (that sum
+    # would round back to lse's precision).
+    has_key = b_r > 0
+    b_r = tl.where(has_key, b_r, 1.0)
+    tl.store(LSE_LO + o_row // D, tl.log2(b_r), mask=row_ok)
+    b_dq = b_dq * (scale / b_r)[:, None]
+    tl.store(DQ + p_rows, b_dq.to(DQ.dtype.element_ty), mask=row_ok[:, None])
 
 
 @triton.jit
 def _dkdv_chunk(
-    Q, DO, LSE, DELTA, p_col, c, end, o_head, b_k, b_v, i_k, b_dk, b_dv, qk_scale,
+    Q, DO, LSE, DELTA, LSE_LO, p_col, c, end, o_head, b_k, b_v, i_k, b_dk, b_dv, qk_scale,
     D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_G: tl.constexpr, G, PREC: tl.constexpr,
 ):  # fmt: skip
     """dk/dv contributions of list entries c .. c + BLOCK_Q - 1 (x G heads) to one key block."""
@@ -154,21 +217,25 @@ def _dkdv_chunk(
     p_rows = o_row[:, None] * D + i_d[None, :]
     b_q = tl.load(Q + p_rows, mask=row_ok[:, None], other=0.0)
     b_do = tl.load(DO + p_rows, mask=row_ok[:, None], other=0.0)
+    # lse in base 2 exactly as the dq kernel computed it, then its renormalisation lo.
     b_lse = tl.load(LSE + o_row, mask=row_ok, other=0.0) * 1.4426950408889634
+    b_lo = tl.load(LSE_LO + o_row, mask=row_ok, other=0.0)
     b_delta = tl.load(DELTA + o_row, mask=row_ok, other=0.0)
     vis = row_ok[:, None] & (i_k[None, :] <= i_t[:, None])
     b_s = tl.dot(b_q, tl.trans(b_k), input_precision=PREC) * qk_scale
-    b_p = tl.where(vis, tl.exp2(b_s - b_lse[:, None]), 0.0)
+    b_p = tl.exp2(tl.where(vis, (b_s - b_lse[:, None]) - b_lo[:, None], float("-inf")))
     b_dv += tl.dot(tl.trans(b_p.to(b_do.dtype)), b_do, input_precision=PREC)
     b_dp = tl.dot(b_do, tl.trans(b_v), input_precision=PREC)
-    b_ds = b_p * (b_dp - b_delta[:, None])
+    # Selected, not multiplied: a NaN/inf in v, or a NaN delta of a row that sees one, must
+    # not reach the keys that row cannot see.
+    b_ds = tl.where(vis, b_p * (b_dp - b_delta[:, None]), 0.0)
     b_dk += tl.dot(tl.trans(b_ds.to(b_q.dtype)), b_q, input_precision=PREC)
     return b_dk, b_dv
 
 
 @triton.jit
 def _sel_bwd_dkdv_kernel(
-    Q, K, V, DO, LSE, DELTA, ROW_PTR, COL, SEG_BLOCK, SEG_START, PART_START, PART, DK, DV,
+    Q, K, V, DO, LSE, DELTA, LSE_LO, ROW_PTR, COL, SEG_BLOCK, SEG_START, PART_START, PART, DK, DV,
     T, NB, NSEG, NPART, SEG_LEN, Hq, G, qk_scale, scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr, FOR_LOOP: tl.constexpr,
@@ -200,14 +267,14 @@ def _sel_bwd_dkdv_kernel(
         if FOR_LOOP:
             for c in range(start, end, BLOCK_Q):
                 b_dk, b_dv = _dkdv_chunk(
-                    Q, DO, LSE, DELTA, p_col, c, end, o_head, b_k, b_v, i_k, b_dk, b_dv,
+                    Q, DO, LSE, DELTA, LSE_LO, p_col, c, end, o_head, b_k, b_v, i_k, b_dk, b_dv,
                     qk_scale, D, BLOCK_Q, BLOCK_G, G, PREC,
                 )  # fmt: skip
         else:
             c = start
             while c < end:
                 b_dk, b_dv = _dkdv_chunk(
-                    Q, DO, LSE, DELTA, p_col, c, end, o_head, b_k, b_v, i_k, b_dk, b_dv,
+                    Q, DO, LSE, DELTA, LSE_LO, p_col, c, end, o_head, b_k, b_v, i_k, b_dk, b_dv,
                     qk_scale, D, BLOCK_Q, BLOCK_G, G, PREC,
                 )  # fmt: skip
                 c += BLOCK_Q
@@ -262,10 +329,13 @@ def invert_block_idx(block_idx, block_size):
             col[b * Hkv + h, row_ptr[., j] : row_ptr[., j + 1]].
         col: int32 [B * Hkv, T * S] query positions, ascending within each block; entries
             past row_ptr[., NB] belong to dropped slots.
-    Device-side torch ops only (no host sync). Slot (t, s) gets the key j * T + t (j = NB when
-    dropped), unique per row, so one sort of the keys orders entries by block and then token;
-    the keys are int32 unless (NB + 1) * T overflows it. Rows are sorted SORT_ENTRIES slots at
-    a time, which bounds the sort's temporaries; O(T * S) memory.
+    A block repeated in one token's slots is listed once for that token, as the selection
+    counts it once (each (token, block) pair is one entry).
+    Device-side torch ops only (no host sync). Each token's S slots are sorted first, so a
+    repeat sits beside its first copy and is dropped. Slot (t, s) then gets the key
+    j * T + t (j = NB when dropped), unique per row, so one sort of the keys orders entries
+    by block and then token; the keys are int32 unless (NB + 1) * T overflows it. Rows are
+    sorted SORT_ENTRIES slots at a time, which bounds the sort's temporaries; O(T * S) memory.
     """
     B, Hkv, T, S = block_idx.shape
     NB = (T + block_size - 1) // block_size
@@ -278,8 +348,12 @@ def invert_block_idx(block_idx, block_size):
     col = torch.empty(BH, T * S, dtype=torch.int32, device=dev)
     rows = max(1, SORT_ENTRIES // (T * S))
     for r0 in range(0, BH, rows):
-        j = idx[r0 : r0 + rows]
-        kept = (j >= 0) & (j < NB) & (j * block_size <= t)
+        j = idx[r0 : r0 + rows].view(-1, T, S).sort(dim=2).values
+        repeat = torch.zeros_like(j, dtype=torch.bool)
+        repeat[..., 1:] = j[..., 1:] == j[..., :-1]
+        j, repeat = j.view(-1, T * S), repeat.view(-1, T * S)
+        kept = (j >= 0) & (j < NB) & (j * block_size <= t) & ~repeat
+        del repeat
         key = torch.where(kept, j.to(kdt), NB) * T + t
         del kept
         key = key.sort(dim=1).values
@@ -323,24 +397,26 @@ def split_long_lists(row_ptr, seg_len, n_entries):
 
 
 def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale):
-    """Run the dq kernel; returns (dq, delta). Its tile lists are freed on return."""
+    """Run the dq kernel; returns (dq, delta, lse_lo), the last two fp32 [B, Hq, T]: delta =
+    rowsum(o * do) and the base-2 correction of lse. Its tile lists are freed on return."""
     dq = _checks.new_empty(q.shape, q.dtype, q.device)
     delta = _checks.new_empty(q.shape[:3], torch.float32, q.device)
+    lse_lo = _checks.new_empty(q.shape[:3], torch.float32, q.device)
     rows = forward.TILE_ROWS if DQ_ROWS is None else DQ_ROWS
     block_g, block_t, prec = tile_config(dims.G, q.dtype, rows)
     lists, counts, flags = tile_loop_args(block_idx, block_size, block_t)
     launch(
         _sel_bwd_dq_kernel, (triton.cdiv(dims.T, block_t), dims.B * dims.Hkv),
-        q, k, v, block_idx, lists, counts, o, do, lse, delta, dq,
+        q, k, v, block_idx, lists, counts, o, do, lse, delta, lse_lo, dq,
         dims.T, dims.NB, dims.Hq, dims.G, qk_scale, dims.scale,
         S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
         BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **flags,
         num_warps=DQ_WARPS, num_stages=DQ_STAGES,
     )  # fmt: skip
-    return dq, delta
+    return dq, delta, lse_lo
 
 
-def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, dims, qk_scale):
+def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scale):
     """Run the dk/dv kernels over the inverted index; returns (dk, dv)."""
     dk = _checks.new_empty(k.shape, k.dtype, k.device)
     dv = _checks.new_empty(v.shape, v.dtype, v.device)
@@ -353,7 +429,8 @@ def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, dims, qk_scale):
     part = _checks.new_empty((BH, n_part, 2, block_size, dims.D), torch.float32, q.device)
     launch(
         _sel_bwd_dkdv_kernel, (seg_block.shape[1], BH),
-        q, k, v, do, lse, delta, row_ptr, col, seg_block, seg_start, part_start, part, dk, dv,
+        q, k, v, do, lse, delta, lse_lo, row_ptr, col, seg_block, seg_start, part_start, part,
+        dk, dv,
         dims.T, dims.NB, seg_block.shape[1], n_part, seg_len, dims.Hq, dims.G, qk_scale,
         dims.scale, S=dims.S, D=dims.D, BS=block_size, BLOCK_Q=block_q, BLOCK_G=block_g,
         PREC=prec, FOR_LOOP=forward.use_for_loop(), num_warps=DKDV_WARPS,
@@ -377,11 +454,14 @@ def selection_backward_triton(q, k, v, block_idx, block_size, do, o, lse=None, s
             forward pass when None.
     Returns:
         (dq, dk, dv) shaped like q, k, v, in q's dtype. Rows with no visible key contribute 0.
+        A block repeated within a row counts once. An inf or NaN in k or v reaches only the
+        gradients of the rows that see it and of the keys those rows see (see the module
+        doc); those are unspecified, as is the gradient of the non-finite element itself.
     """
     dims = _checks.check_backward_args(q, k, v, block_idx, block_size, do, o, lse, scale)
     if lse is None:
         _, lse = selection_forward_triton(q, k, v, block_idx, block_size, scale, return_lse=True)
     qk_scale = dims.scale * LOG2E
-    dq, delta = _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale)
-    dk, dv = _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, dims, qk_scale)
+    dq, delta, lse_lo = _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale)
+    dk, dv = _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scale)
     return dq, dk, dv
