@@ -15,6 +15,8 @@ presence is therefore read from the device nodes, never from `torch.cuda`.
 """
 
 import functools
+import gc
+import itertools
 import math
 import os
 import statistics
@@ -73,6 +75,10 @@ MEMORY_FRACTION = 0.70
 SAMPLES = 8 if SMOKE else 10
 # Derived figures (tokens/s, TFLOP/s, % of matmul) take the median of fewer samples.
 DERIVED_SAMPLES = 3 if SMOKE else 5
+# The eager and host figures: gated like the graph figure on a GPU; in smoke, where every
+# sample is one interpreted call (seconds), the least that still gives asv a median and an
+# interval.
+PER_CALL_SAMPLES = 3 if SMOKE else SAMPLES
 SAMPLE_SECONDS = 0.005 if SMOKE else 0.025
 # The interpreter has nothing to compile, and smoke calls are slow: no warm-up there.
 WARMUP_CALLS = 0 if SMOKE else 3
@@ -170,6 +176,10 @@ def synchronize():
 
 
 OOM_ERRORS = (torch.OutOfMemoryError, MemoryError)
+# Where a benchmark appends the out-of-memory points it records (ci/na_reasons.py's log,
+# `<results>/<machine>/na_reasons.jsonl`); the runner that knows the results directory and
+# the machine sets it. Unset: the points are NaN only (asv: n/a, reason unknown).
+NA_LOG_ENV = "ATTNBENCH_NA_LOG"
 
 
 def free_memory():
@@ -177,23 +187,65 @@ def free_memory():
         torch.cuda.empty_cache()
 
 
+def benchmark_name(obj, method_name):
+    """asv's name of a benchmark method: `module.Class.method`, the module relative to the
+    suite's package (`benchmarks.nsa` -> `nsa`)."""
+    module = type(obj).__module__
+    if module.startswith("benchmarks."):
+        module = module[len("benchmarks.") :]
+    return f"{module}.{type(obj).__name__}.{method_name}"
+
+
+def record_oom(obj, method_name, params):
+    """Append the point (benchmark `obj.method_name` at `params`) to the OOM log named by
+    $ATTNBENCH_NA_LOG, in ci/na_reasons.py's encoding (asv's parameter strings: each value's
+    repr); no-op when the variable is unset."""
+    path = os.environ.get(NA_LOG_ENV, "").strip()
+    if not path:
+        return
+    from ci import na_reasons  # the repository root is on sys.path in asv's processes
+
+    commit = os.environ.get("ASV_COMMIT", "unknown")
+    name = benchmark_name(obj, method_name)
+    na_reasons.record_oom(path, commit, name, [repr(p) for p in params])
+
+
+def setup_oom_as_nan(setup):
+    """A `setup` after which an out-of-memory error anywhere in it (inputs, correctness
+    checks, warm-up) leaves `self.oom` set, so that every method records NaN (asv: n/a), the
+    same in every benchmark family. Other errors propagate: NotImplementedError is asv's
+    skip, anything else (a failed check) fails the point."""
+
+    @functools.wraps(setup)
+    def wrapper(self, *params):
+        self.oom = False
+        try:
+            return setup(self, *params)
+        except OOM_ERRORS:
+            self.oom = True
+        free_memory()  # outside the handler: the traceback no longer holds the frames
+
+    return wrapper
+
+
 def oom_as_nan(method):
     """A benchmark method that records NaN (asv: n/a) after an out-of-memory error.
 
-    Setup may already have hit the OOM (it sets `self.oom`); the method then reports NaN
-    without trying again. An OOM is a measurement, not a failure: the sweep goes on.
+    Setup may already have hit the OOM (it sets `self.oom`, see `setup_oom_as_nan`); the
+    method then reports NaN without trying again. An OOM is a measurement, not a failure:
+    the sweep goes on. Either way the point goes to the OOM log (`record_oom`).
     """
 
     @functools.wraps(method)
     def wrapper(self, *params):
-        if getattr(self, "oom", False):
-            return math.nan
-        try:
-            return method(self, *params)
-        except OOM_ERRORS:
-            self.oom = True
+        if not getattr(self, "oom", False):
+            try:
+                return method(self, *params)
+            except OOM_ERRORS:
+                self.oom = True
             free_memory()
-            return math.nan
+        record_oom(self, method.__name__, params)
+        return math.nan
 
     return wrapper
 
@@ -272,6 +324,157 @@ def _event_samples(run, calls, count):
     once = timed(1)
     reps = max(1, min(1000, math.ceil(SAMPLE_SECONDS / max(once, 1e-7))))
     return [timed(reps) / (reps * calls) for _ in range(count)]
+
+
+# Eager and host figures (`eager_seconds`, `host_seconds`): the input sets the calls rotate
+# over, each with its own storage, so no call finds its tensors where the previous one left
+# them (in L2, or in a cache keyed on addresses).
+ROTATION_SETS = 3
+# Host figure: device operations (kernels, memsets, copies) queued behind one sleep at most.
+# CUDA's launch queue holds about 1024 before the host blocks; 256 leaves room.
+HOST_QUEUE_OPS = 256
+# Host time one host sample covers at least (several slept rounds when one round is shorter),
+# in at most HOST_MAX_ROUNDS rounds.
+HOST_SAMPLE_SECONDS = 0.01
+HOST_MAX_ROUNDS = 100
+# Attempts at a slept round, the sleep doubled after each that ended before the host did.
+HOST_SLEEP_ATTEMPTS = 4
+
+
+def _cycle(fns):
+    """An endless rotation over `fns` (callables), each used in turn."""
+    if not fns:
+        raise ValueError("fns: at least one callable is needed")
+    return itertools.cycle(fns)
+
+
+def _warm_up(fns):
+    for f in fns:
+        for _ in range(WARMUP_CALLS):
+            f()
+
+
+def _host_call_seconds(rotation, calls):
+    """Host seconds of `calls` calls from `rotation`, garbage collection off (as timeit)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            next(rotation)()
+        return time.perf_counter() - t0
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def eager_seconds(fns, samples=PER_CALL_SAMPLES):
+    """Per-call time samples (seconds) of back-to-back eager calls, as a training loop pays.
+
+    fns: zero-argument callables on distinct input sets (ROTATION_SETS of them), called in
+    turn, warm (WARMUP_CALLS each first, untimed). GPU: N calls between two CUDA events with
+    no sync between the calls and no graph, N chosen so a sample spans about SAMPLE_SECONDS
+    (at least one call per set, at most 1000); a sample is elapsed / N. Where the host issues
+    calls slower than the device runs them, the figure is the host's pace: what a step pays.
+    Smoke: one call per sample, host clock (interpreted calls take seconds).
+    """
+    rotation = _cycle(fns)
+    _warm_up(fns)
+    if SMOKE:
+        return [_host_call_seconds(rotation, 1) for _ in range(samples)]
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def timed(n):
+        start.record()
+        for _ in range(n):
+            next(rotation)()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e-3
+
+    once = timed(len(fns)) / len(fns)
+    n = max(len(fns), min(1000, math.ceil(SAMPLE_SECONDS / max(once, 1e-7))))
+    return [timed(n) / n for _ in range(samples)]
+
+
+def host_calls(device_ops):
+    """Calls per slept round of `host_seconds` for a call of at most `device_ops` device
+    operations: N with N * device_ops <= HOST_QUEUE_OPS (at least 1)."""
+    if isinstance(device_ops, bool) or not isinstance(device_ops, int) or device_ops < 1:
+        raise ValueError(f"device_ops must be a positive int, got {device_ops!r}")
+    return max(1, HOST_QUEUE_OPS // device_ops)
+
+
+@functools.cache
+def _sleep_cycles_per_second():
+    """The rate of torch.cuda._sleep on this device (cycles per second), from one timed
+    sleep of 10**7 cycles (several milliseconds on any current GPU)."""
+    cycles = 10**7
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / (start.elapsed_time(end) * 1e-3)
+
+
+def _slept_round(rotation, calls, sleep_s):
+    """(host seconds of `calls` calls issued behind a device sleep of `sleep_s`, the sleep
+    used). The round counts only if the sleep is still running when the last call returns:
+    then no call waited for the device (a sync, an `.item()`, a full launch queue would
+    have waited for the sleep to end). Otherwise the sleep doubles and the round runs again;
+    RuntimeError after HOST_SLEEP_ATTEMPTS."""
+    rate = _sleep_cycles_per_second()
+    marker = torch.cuda.Event()
+    for _ in range(HOST_SLEEP_ATTEMPTS):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(int(sleep_s * rate))
+        marker.record()
+        seconds = _host_call_seconds(rotation, calls)
+        outlasted = not marker.query()
+        torch.cuda.synchronize()
+        if outlasted:
+            return seconds, sleep_s
+        sleep_s *= 2
+    raise RuntimeError(
+        f"host timing: {calls} calls still waited for the device behind a {sleep_s / 2:.3g} s "
+        "sleep: the call synchronizes with the device, or queues more device operations than "
+        "its device_ops bound"
+    )
+
+
+def host_seconds(fns, device_ops, samples=PER_CALL_SAMPLES):
+    """Host time samples (seconds per call): what the Python side of a call costs.
+
+    fns: zero-argument callables on distinct input sets, called in turn, warm (WARMUP_CALLS
+    each first); device_ops: an upper bound on the device operations one call queues.
+    GPU: `perf_counter` around N = host_calls(device_ops) calls issued behind a
+    `torch.cuda._sleep` that outlasts them (checked: `_slept_round`), so the device never
+    paces the host and N * device_ops <= HOST_QUEUE_OPS keeps the launch queue from pushing
+    back; argument checks, allocations and launches all count. A sample sums enough slept
+    rounds to cover HOST_SAMPLE_SECONDS of host time. Smoke: one call per sample, host clock,
+    no sleep (there is no device).
+    """
+    rotation = _cycle(fns)
+    calls = host_calls(device_ops)
+    _warm_up(fns)
+    if SMOKE:
+        return [_host_call_seconds(rotation, 1) for _ in range(samples)]
+    torch.cuda.synchronize()
+    estimate = _host_call_seconds(rotation, calls)  # unslept; the queue stays short
+    torch.cuda.synchronize()
+    rounds = max(1, min(HOST_MAX_ROUNDS, math.ceil(HOST_SAMPLE_SECONDS / max(estimate, 1e-7))))
+    sleep_s = 2 * estimate + 1e-3
+    out = []
+    for _ in range(samples):
+        total = 0.0
+        for _ in range(rounds):
+            seconds, sleep_s = _slept_round(rotation, calls, sleep_s)
+            total += seconds
+        out.append(total / (rounds * calls))
+    return out
 
 
 def timing_result(samples):

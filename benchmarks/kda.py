@@ -42,6 +42,7 @@ from .common import (
     preimport,
     randn,
     require_device,
+    setup_oom_as_nan,
     timing_result,
 )
 
@@ -193,6 +194,7 @@ class _Verify:
 
     timeout = 300
 
+    @setup_oom_as_nan  # an out-of-memory error anywhere here, checks included, records n/a
     def setup_case(self, batch, mode, gate, heads):
         self.api = load_api(
             "kernels.kda",

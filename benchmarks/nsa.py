@@ -5,6 +5,16 @@ Every process checks the Triton kernel against the reference on a small shape of
 preset and pattern before it reports anything, so a wrong kernel never posts a fast number.
 The reference's out-of-memory errors are data: those points record NaN (n/a) and the OOM
 ceiling reads off the site as the first seq_len where the reference has no value.
+
+Three time figures (docs/benchmarks.md, "Three time figures"):
+
+    track_time        CUDA-graph replay: the kernels' own device time
+    track_time_eager  back-to-back eager calls between two CUDA events: what a step pays
+    track_time_host   host time per call behind a device sleep: the Python side's cost
+
+`NsaForward` and `NsaBackward` (lse given) carry all three (the eager and host figures on the
+gated grid only); `NsaAutograd` (the autograd call of a training step) the eager and host
+figures; `NsaSeedBackward` (the seed benchmark's call, lse recomputed) all three.
 """
 
 from dataclasses import dataclass
@@ -15,12 +25,14 @@ from .common import (
     DERIVED_SAMPLES,
     DEVICE,
     FULL_SUITE,
+    ROTATION_SETS,
     SAMPLES,
     SMOKE,
     check_close,
-    free_memory,
+    eager_seconds,
     generator,
     grid,
+    host_seconds,
     load_api,
     matmul_tflops,
     median,
@@ -30,6 +42,7 @@ from .common import (
     preimport,
     randn,
     require_device,
+    setup_oom_as_nan,
     synchronize,
     timing_result,
 )
@@ -68,14 +81,62 @@ SMOKE_SEQ_LEN = 40  # not a multiple of the tiny block size: exercises the masks
 CHECK_SEQ_LEN = SMOKE_SEQ_LEN if SMOKE else 512  # the correctness check's size
 GRAPH_CALLS = 1 if SMOKE else 2  # Triton calls per captured CUDA graph
 
+# The per-commit (gated) grid of the kernels. The eager and host figures run on it in every
+# mode: the nightly sweep's other sizes and the dense reference add cost, not questions.
+GATED_SEQ_LENS = grid([4096, 32768], smoke=[SMOKE_SEQ_LEN])
+PRESET_AXIS = grid(["seed", "paper"], smoke=["tiny-seed"])
+PATTERN_AXIS = grid(["recent", "random"], smoke=["random"])
+GATED_GRID = [GATED_SEQ_LENS, ["triton"], PRESET_AXIS, PATTERN_AXIS]
+PARAM_NAMES = ["seq_len", "impl", "preset", "pattern"]
+
+# Upper bounds on the device operations (kernels, memsets, copies) one call queues, with
+# headroom over today's counts; host_seconds issues 256 // bound calls behind one sleep, so
+# the bound is part of what the host figure measures. tests/test_asv_eager_host.py checks
+# the calls against them on a GPU.
+FORWARD_OPS = 16
+BACKWARD_OPS = 96
+BACKWARD_RECOMPUTE_OPS = 112  # the backward plus the forward that recomputes lse
+AUTOGRAD_OPS = 128  # forward, backward and autograd's own operations
+
 
 def _flops_forward(p, T):
     """Useful work of the sparse forward: QK^T and PV over S * block_size keys per query."""
     return 4 * p.B * p.Hq * T * p.S * p.block_size * p.D
 
 
+def _graph_time():
+    """`track_time`: per-call device time from CUDA-graph replays (`per_call_seconds`)."""
+
+    @metric("seconds")
+    def track_time(self, *params):
+        return timing_result(self.samples())
+
+    return track_time
+
+
+def _per_call_times(params=None):
+    """`track_time_eager` and `track_time_host` over ROTATION_SETS input sets (`rotation`);
+    `params`: their own grid (default: the class's)."""
+
+    @metric("seconds")
+    def track_time_eager(self, *params):
+        return timing_result(eager_seconds(self.rotation()))
+
+    @metric("seconds")
+    def track_time_host(self, *params):
+        return timing_result(host_seconds(self.rotation(), self.device_ops))
+
+    if params is not None:
+        track_time_eager.params = track_time_host.params = params
+    return track_time_eager, track_time_host
+
+
 class _Selection:
-    """Shared parameters, inputs and metrics of the forward and backward classes."""
+    """Shared parameters, set-up and inputs of the NSA classes (no figures of its own).
+
+    A subclass gives `check(x)`, `call(x)` (a zero-argument callable running the timed call
+    on input set `x`), `prepare()`, `peak_fn()` and, for the graph figure, `timed_fn()`.
+    """
 
     params = [
         grid(
@@ -87,18 +148,20 @@ class _Selection:
         # mode; the default suite times what the gate judges, the kernels, with no skipped
         # points (each point of the grid costs a process even when it skips).
         grid(["triton"], nightly=["triton", "reference"], smoke=["triton", "reference"]),
-        grid(["seed", "paper"], smoke=["tiny-seed"]),
-        grid(["recent", "random"], smoke=["random"]),
+        PRESET_AXIS,
+        PATTERN_AXIS,
     ]
-    param_names = ["seq_len", "impl", "preset", "pattern"]
+    param_names = PARAM_NAMES
     timeout = 300
     flops_factor = 1.0  # work relative to the forward
+    api_names = API
 
+    @setup_oom_as_nan
     def setup(self, seq_len, impl, preset, pattern):
         p = PRESETS[preset]
         if seq_len > 32768 and preset != LONG_ONLY_PRESET:
             raise NotImplementedError("seq_len 65536 runs for the paper preset only")
-        self.api = load_api("kernels.nsa", *API)
+        self.api = load_api("kernels.nsa", *self.api_names)
         require_device()
         if impl == "reference" and not SMOKE:
             # One fp32 [T, T] score matrix per head larger than the whole device: skip outright.
@@ -106,19 +169,14 @@ class _Selection:
             if p.B * p.Hq * seq_len * seq_len * 4 > total:
                 raise NotImplementedError("dense reference cannot fit on this device at all")
         self.p, self.T, self.impl = p, seq_len, impl
-        self.oom = False
+        # An out-of-memory error from here on (the check included) records n/a.
         if impl == "triton":
             self.check(self.inputs(CHECK_SEQ_LEN, pattern, seed=7))
-        try:
-            self.x = self.inputs(seq_len, pattern, seed=0)
-            self.prepare()
-            if not SMOKE:
-                self.peak_fn()  # warm-up; an OOM here is recorded as n/a by every method
-                synchronize()
-        except torch.OutOfMemoryError:
-            self.oom = True
-            self.x = None
-            free_memory()
+        self.x = self.inputs(seq_len, pattern, seed=0)
+        self.prepare()
+        if not SMOKE:
+            self.peak_fn()  # warm-up
+            synchronize()
 
     def inputs(self, T, pattern, seed):
         p, gen = self.p, generator(seed)
@@ -134,6 +192,13 @@ class _Selection:
             "idx": idx,
         }
 
+    def rotation(self):
+        """ROTATION_SETS callables of the timed call, on the timed inputs and on copies of
+        them with storage of their own: the same values, so every call does the same work
+        and meets none of its tensors where the previous call left them."""
+        copies = [{n: t.clone() for n, t in self.x.items()} for _ in range(ROTATION_SETS - 1)]
+        return [self.call(x) for x in [self.x, *copies]]
+
     def samples(self, count=SAMPLES):
         fn, graph = self.timed_fn()
         calls = GRAPH_CALLS if graph else 1
@@ -146,9 +211,12 @@ class _Selection:
     def tflops(self):
         return _flops_forward(self.p, self.T) * self.flops_factor / self.seconds() / 1e12
 
-    @metric("seconds")
-    def track_time(self, *params):
-        return timing_result(self.samples())
+
+class _Kernel(_Selection):
+    """The figures of the kernel classes (NsaForward, NsaBackward)."""
+
+    track_time = _graph_time()
+    track_time_eager, track_time_host = _per_call_times(GATED_GRID)
 
     @metric("bytes")
     def track_peak_vram_bytes(self, *params):
@@ -169,10 +237,11 @@ class _Selection:
             return 100.0 * self.tflops() / matmul_tflops()
 
 
-class NsaForward(_Selection):
+class NsaForward(_Kernel):
     """Forward: selection_forward_triton vs selection_forward_reference (no autograd)."""
 
     version = "1"
+    device_ops = FORWARD_OPS
 
     def check(self, x):
         a, bs = self.api, self.p.block_size
@@ -180,31 +249,37 @@ class NsaForward(_Selection):
         ref = a.selection_forward_reference(x["q"], x["k"], x["v"], x["idx"], bs)
         check_close("selection_forward_triton o", got, ref)
 
-    def prepare(self):
-        a, x, bs = self.api, self.x, self.p.block_size
+    def call(self, x):
+        a, bs = self.api, self.p.block_size
         f = a.selection_forward_triton if self.impl == "triton" else a.selection_forward_reference
-        self.fn = lambda: f(x["q"], x["k"], x["v"], x["idx"], bs)
+
+        def forward():
+            with torch.no_grad():
+                return f(x["q"], x["k"], x["v"], x["idx"], bs)
+
+        return forward
+
+    def prepare(self):
+        self.fn = self.call(self.x)
 
     def peak_fn(self):
-        with torch.no_grad():
-            return self.fn()
+        return self.fn()
 
     def timed_fn(self):
-        return self.peak_fn, self.impl == "triton"
+        return self.fn, self.impl == "triton"
 
 
-class NsaBackward(_Selection):
-    """Backward: selection_backward_triton (o, lse from the forward, not timed) vs autograd
-    through the dense reference. The reference's time is the backward of a retained graph;
-    its peak memory covers forward + backward, since the backward needs the [T, T] graph.
-    """
+class _BackwardCall:
+    """The Triton backward on o and lse from the forward (not timed); with_lse = False
+    passes lse=None, so the backward recomputes it (the seed benchmark's call). The
+    reference: autograd through the dense forward."""
 
-    version = "1"
-    flops_factor = 2.5
+    with_lse = True
 
     def check(self, x):
         a, bs = self.api, self.p.block_size
         o, lse = a.selection_forward_triton(x["q"], x["k"], x["v"], x["idx"], bs, return_lse=True)
+        lse = lse if self.with_lse else None
         got = a.selection_backward_triton(x["q"], x["k"], x["v"], x["idx"], bs, x["do"], o, lse)
         ref = self.reference_grads(x)
         for name, g, r in zip(("dq", "dk", "dv"), got, ref, strict=True):
@@ -220,14 +295,19 @@ class NsaBackward(_Selection):
         o = self.api.selection_forward_reference(*leaves, x["idx"], self.p.block_size)
         return leaves, o
 
+    def call(self, x):
+        """The Triton backward on set `x` (its forward runs here, untimed)."""
+        a, bs = self.api, self.p.block_size
+        qkv = (x["q"], x["k"], x["v"])
+        o, lse = a.selection_forward_triton(*qkv, x["idx"], bs, return_lse=True)
+        lse = lse if self.with_lse else None
+        return lambda: a.selection_backward_triton(*qkv, x["idx"], bs, x["do"], o, lse)
+
     def prepare(self):
-        a, x, bs = self.api, self.x, self.p.block_size
         if self.impl == "triton":
-            qkv = (x["q"], x["k"], x["v"])
-            o, lse = a.selection_forward_triton(*qkv, x["idx"], bs, return_lse=True)
-            self.fn = lambda: a.selection_backward_triton(*qkv, x["idx"], bs, x["do"], o, lse)
+            self.fn = self.call(self.x)
         else:
-            self.fn = lambda: self.reference_grads(x)
+            self.fn = lambda: self.reference_grads(self.x)
 
     def peak_fn(self):
         return self.fn()
@@ -237,3 +317,77 @@ class NsaBackward(_Selection):
             return self.fn, True
         graph = self.reference_forward(self.x)  # retained while the backward is timed
         return (lambda: self.reference_grads(self.x, graph)), False
+
+
+class NsaBackward(_BackwardCall, _Kernel):
+    """Backward: selection_backward_triton (o, lse from the forward, not timed) vs autograd
+    through the dense reference. The reference's time is the backward of a retained graph;
+    its peak memory covers forward + backward, since the backward needs the [T, T] graph.
+    """
+
+    version = "1"
+    flops_factor = 2.5
+    device_ops = BACKWARD_OPS
+
+
+class NsaSeedBackward(_BackwardCall, _Selection):
+    """The seed benchmark's call: selection_backward_triton(q, k, v, idx, bs, do, o) with
+    lse=None, so the call recomputes lse with a forward pass; o from a forward (not timed).
+    The seed's shape and pattern (preset seed, recent) at its short sizes, where the host
+    bounds an eager call."""
+
+    version = "1"
+    with_lse = False
+    device_ops = BACKWARD_RECOMPUTE_OPS
+    params = [
+        grid([512, 1024, 2048], smoke=[SMOKE_SEQ_LEN]),
+        ["triton"],
+        grid(["seed"], smoke=["tiny-seed"]),
+        ["recent"],
+    ]
+
+    track_time = _graph_time()
+    track_time_eager, track_time_host = _per_call_times()
+
+
+class NsaAutograd(_Selection):
+    """A training step's attention through autograd: o = selection_attention(q, k, v, idx,
+    bs), then torch.autograd.grad(o, (q, k, v), do); eager and host figures (its graph time
+    is the forward's plus the backward's track_time; tests/test_nsa_gpu.py captures it)."""
+
+    version = "1"
+    device_ops = AUTOGRAD_OPS
+    api_names = (*API, "selection_attention")
+    params = [GATED_SEQ_LENS, ["triton"], grid(["seed"], smoke=["tiny-seed"]), PATTERN_AXIS]
+
+    track_time_eager, track_time_host = _per_call_times()
+
+    def check(self, x):
+        a, bs = self.api, self.p.block_size
+        leaves = [x[n].detach().requires_grad_(True) for n in ("q", "k", "v")]
+        o = a.selection_attention(*leaves, x["idx"], bs)
+        got = torch.autograd.grad(o, leaves, x["do"])
+        ref_leaves = [x[n].detach().requires_grad_(True) for n in ("q", "k", "v")]
+        ref_o = a.selection_forward_reference(*ref_leaves, x["idx"], bs)
+        ref = torch.autograd.grad(ref_o, ref_leaves, x["do"])
+        check_close("selection_attention o", o, ref_o)
+        for name, g, r in zip(("dq", "dk", "dv"), got, ref, strict=True):
+            check_close(f"selection_attention {name}", g, r)
+
+    def call(self, x):
+        """One step on set `x`: q, k and v are leaves that require grad."""
+        a, bs = self.api, self.p.block_size
+        leaves = tuple(x[n].detach().requires_grad_(True) for n in ("q", "k", "v"))
+        idx, do = x["idx"], x["do"]
+
+        def step():
+            o = a.selection_attention(*leaves, idx, bs)
+            return torch.autograd.grad(o, leaves, do)
+
+        return step
+
+    def prepare(self):
+        self.fn = self.call(self.x)
+
+    def peak_fn(self):
+        return self.fn()

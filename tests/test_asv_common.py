@@ -19,11 +19,12 @@ PROBE = """
 import json, math, os, torch
 import benchmarks.common as c
 from benchmarks import kda, nsa
-# One asv process per (benchmark method, parameter point), skipped points included.
+# One asv process per (benchmark method, parameter point), skipped points included; a
+# method's own `params` (asv reads the method's attributes first) replace the class's.
 classes = [v for m in (c, kda, nsa) for v in vars(m).values()
            if isinstance(v, type) and v.__module__ == m.__name__ and not v.__name__.startswith("_")]
-procs = sum(math.prod(len(a) for a in getattr(k, "params", [])) for k in classes
-            for name in dir(k) if name.startswith(("track_", "time_")))
+procs = sum(math.prod(len(a) for a in getattr(getattr(k, name), "params", getattr(k, "params", [])))
+            for k in classes for name in dir(k) if name.startswith(("track_", "time_")))
 print(json.dumps({
     "mode": c.MODE_NAME, "interpret": os.environ.get("TRITON_INTERPRET"), "processes": procs,
     "seq_len": nsa.NsaForward.params[0], "impl": nsa.NsaForward.params[1],
@@ -50,19 +51,22 @@ def test_smoke_mode_is_tiny_and_interpreted():
     assert got["seq_len"] == [40] and got["presets"] == ["tiny-seed"]
     assert got["heads"] == ["H1-HV2"]
     assert not got["cuda_initialized"]
+    assert got["processes"] == 37 + 9  # 9: the NSA eager and host figures, NsaSeedBackward's graph
 
 
 def test_gpu_grids_default_and_nightly():
     default = probe(ATTNBENCH_SMOKE="0")
     assert default["mode"] == "default" and default["interpret"] is None
     assert default["seq_len"] == [4096, 32768] and default["batch"] == [1, 16, 64]
-    # The per-commit budget: kernels only, no skipped points (docs/benchmarks.md, "Modes").
-    assert default["impl"] == ["triton"] and default["processes"] == 56
+    # The per-commit budget: kernels only, no skipped points (docs/benchmarks.md, "Modes"):
+    # 56 for the graph timings and peak VRAM, 49 for the NSA eager and host figures and
+    # NsaSeedBackward's graph figure.
+    assert default["impl"] == ["triton"] and default["processes"] == 56 + 49
     nightly = probe(ATTNBENCH_SMOKE="0", ATTNBENCH_SUITE="nightly")
     assert nightly["seq_len"][0] == 512 and nightly["seq_len"][-1] == 65536
     assert nightly["batch"] == [1, 2, 4, 8, 16, 32, 64]
     assert nightly["heads"] == ["H8-HV8", "H8-HV16"]
-    assert nightly["impl"] == ["triton", "reference"] and nightly["processes"] == 1150
+    assert nightly["impl"] == ["triton", "reference"] and nightly["processes"] == 1150 + 49
     # The KDA spec's bytes per sequence at the seed's shape: 2.64 MiB (snapshots), 0.66 (ring).
     assert default["mib"] == pytest.approx([2.64, 0.66], rel=0.01)
     # Cold sets: a multiple of 10, and enough of them that the other sets' calls touch
@@ -114,6 +118,65 @@ def test_per_call_seconds_rotates_buffers():
     assert counts[0] == counts[1] > 0
     result = common.timing_result(samples)
     assert result["number"] == 1 and result["samples"] == samples
+
+
+def _oom(*args, **kwargs):
+    raise torch.OutOfMemoryError("CUDA out of memory (test)")
+
+
+NSA_POINT = (40, "triton", "tiny-seed", "random")
+KDA_POINT = (1, "fused", "safe", "H1-HV2")
+
+
+def asv_strings(params):
+    return [repr(p) for p in params]
+
+
+@pytest.mark.skipif(not common.SMOKE, reason="smoke-mode benchmark set-up")
+def test_oom_anywhere_in_setup_is_na_the_same_way_in_both_families(monkeypatch, tmp_path):
+    """An out-of-memory error in a correctness check (NSA's, KDA's) makes every method of the
+    point NaN and logs the point in ci/na_reasons.py's encoding."""
+    from benchmarks import kda, nsa
+    from ci import na_reasons
+
+    log = na_reasons.log_path(tmp_path, "m")
+    monkeypatch.setenv(common.NA_LOG_ENV, str(log))
+    monkeypatch.setenv("ASV_COMMIT", "a" * 40)
+    monkeypatch.setattr(nsa.NsaForward, "check", _oom)
+    monkeypatch.setattr(kda, "check_against_reference", _oom)
+    b, k = nsa.NsaForward(), kda.KdaVerify()
+    b.setup(*NSA_POINT)
+    k.setup(*KDA_POINT)
+    assert b.oom and k.oom
+    for method in ("track_time", "track_time_eager", "track_time_host", "track_peak_vram_bytes"):
+        assert math.isnan(getattr(b, method)(*NSA_POINT)), method
+    for method in ("track_time", "track_time_cold"):
+        assert math.isnan(getattr(k, method)(*KDA_POINT)), method
+    got, commit = na_reasons.load_oom(log), "a" * 40
+    assert len(got) == 6
+    assert na_reasons.is_oom(got, commit, "nsa.NsaForward.track_time_host", asv_strings(NSA_POINT))
+    assert na_reasons.is_oom(got, commit, "kda.KdaVerify.track_time_cold", asv_strings(KDA_POINT))
+    lines = log.read_text().splitlines()
+    assert all(json.loads(line)["reason"] == "out-of-memory" for line in lines)
+
+
+@pytest.mark.skipif(not common.SMOKE, reason="smoke-mode benchmark set-up")
+def test_setup_errors_other_than_oom_still_fail_or_skip(monkeypatch, tmp_path):
+    from benchmarks import kda, nsa
+
+    monkeypatch.delenv(common.NA_LOG_ENV, raising=False)
+    monkeypatch.setattr(nsa.NsaForward, "check", lambda self, x: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        nsa.NsaForward().setup(*NSA_POINT)
+    with pytest.raises(NotImplementedError):
+        nsa.NsaForward().setup(65536, "triton", "tiny-seed", "random")  # paper preset only
+    monkeypatch.setattr(kda, "check_against_reference", lambda *a: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        kda.KdaVerify().setup(*KDA_POINT)
+    # Without $ATTNBENCH_NA_LOG an OOM is NaN only; nothing is written.
+    monkeypatch.chdir(tmp_path)
+    b = _Bench()
+    assert math.isnan(b.track_x()) and not list(tmp_path.iterdir())
 
 
 def test_check_close_rejects_wrong_and_nan():
