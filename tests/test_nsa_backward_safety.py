@@ -25,6 +25,7 @@ from kernels.nsa import (
 from kernels.nsa.reference import visibility_mask
 
 B, HQ, HKV, T, D, BS, S = 1, 4, 2, 37, 32, 16, 3  # G = 2: tiles of 32 tokens, NB = 3
+TOL = {torch.float32: 1e-5, torch.float16: 1e-2}
 
 
 @pytest.fixture(autouse=True)
@@ -130,6 +131,25 @@ def test_masked_keys_do_not_reach_other_gradients(name, value):
     k, v = (poison(k, value), v) if name == "k" else (k, poison(v, value))
     got = selection_backward_triton(q, k, v, idx, BS, do, o, lse)
     assert_clean_parts_match(got, rgrads, bad_rows, bad_keys, 1e-5)
+
+
+@pytest.mark.parametrize(
+    "dtype,dq_rows", [(torch.float16, None), (torch.float32, 2)], ids=["fp16", "fp32-one-token"]
+)
+def test_masked_keys_fp16_and_one_token_tiles(dtype, dq_rows, monkeypatch):
+    """The same in fp16, and with dq tiles of one token (2 rows = G): there no key is seen
+    by some rows of a tile only, and keys after the token are read as 0."""
+    monkeypatch.setattr(backward, "DQ_ROWS", dq_rows)
+    q, k, v, do, _ = inputs("odd", seed=4, dtype=dtype)
+    idx = masking_idx()
+    ro, rlse, rgrads = reference(q, k, v, idx, BS, do)
+    bad_rows, bad_keys = poison_masks(idx, BS, HQ // HKV)
+    o, lse = ro.to(dtype), rlse.float()
+    o[bad_rows] = math.nan
+    lse[bad_rows] = math.nan
+    k, v = poison(k, math.nan), poison(v, -math.inf)
+    got = selection_backward_triton(q, k, v, idx, BS, do, o, lse)
+    assert_clean_parts_match(got, rgrads, bad_rows, bad_keys, TOL[dtype])
 
 
 def test_masked_keys_end_to_end_and_split_lists(monkeypatch):

@@ -121,8 +121,9 @@ def _dq_block(
     if BLOCK_T > 1:
         if j * BS + BS - 1 > t0:
             if _nonfinite_in(b_dsk, sel):
-                b_k = tl.where(tl.abs(b_k.to(tl.float32)) < float("inf"), b_k, 0.0)
-                b_dsk = tl.dot(b_ds, b_k.to(b_ds.dtype), input_precision=PREC)
+                b_fin = tl.abs(b_k.to(tl.float32)) < float("inf")
+                b_kf = tl.where(b_fin, b_k, tl.zeros_like(b_k))
+                b_dsk = tl.dot(b_ds, b_kf, input_precision=PREC)
     return tl.where(sel[:, None], b_dq + b_dsk, b_dq), b_r
 
 
