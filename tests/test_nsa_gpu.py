@@ -67,3 +67,64 @@ def test_autograd_bf16_d128():
     assert rel_err(o, ro) < 1e-2
     for a, b in zip((q, k, v), x, strict=True):
         assert rel_err(a.grad, b.grad) < 1e-2
+
+
+def capture(run):
+    """A CUDA graph of `run()` captured by a caller, and the outputs it replays into. The
+    warm-up runs on a side stream first, as a capture that includes autograd needs."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            run()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = run()
+    return graph, out
+
+
+@pytest.mark.parametrize("pattern", ["recent", "random"])
+def test_calls_inside_a_callers_cuda_graph_match_eager(pattern):
+    """Forward, backward (lse given and recomputed) and the autograd step, each captured in a
+    caller's graph and replayed on new input values: bitwise the eager result on those
+    values (the kernels are deterministic), and not the result on the captured values."""
+    B, Hq, Hkv, T, D, bs, S = 1, 16, 4, 1000, 64, 64, 16  # the seed's heads; T not a multiple
+    gen = torch.Generator(device="cuda").manual_seed(11)
+
+    def values():
+        return [
+            torch.randn(B, H, T, D, generator=gen, device="cuda", dtype=torch.bfloat16)
+            for H in (Hq, Hkv, Hkv, Hq)
+        ]
+
+    make = make_block_idx_recent if pattern == "recent" else make_block_idx_random
+    idx = make(B, Hkv, T, bs, S, "cuda")
+    q, k, v, do = values()  # the static inputs every graph reads
+    o, lse = selection_forward_triton(q, k, v, idx, bs, return_lse=True)  # static too
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]  # q, k and v's storage
+
+    def autograd_step():
+        out = selection_attention(*leaves, idx, bs)
+        return (out, *torch.autograd.grad(out, leaves, do))
+
+    calls = {
+        "forward": lambda: selection_forward_triton(q, k, v, idx, bs, return_lse=True),
+        "backward": lambda: selection_backward_triton(q, k, v, idx, bs, do, o, lse),
+        "backward, lse=None": lambda: selection_backward_triton(q, k, v, idx, bs, do, o),
+        "autograd": autograd_step,
+    }
+    before = {name: [t.clone() for t in run()] for name, run in calls.items()}
+    graphs = {name: capture(run) for name, run in calls.items()}
+    for static, new in zip((q, k, v, do), values(), strict=True):
+        static.copy_(new)
+    new_o, new_lse = selection_forward_triton(q, k, v, idx, bs, return_lse=True)
+    o.copy_(new_o)
+    lse.copy_(new_lse)
+    for name, (graph, outs) in graphs.items():
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = calls[name]()
+        for i, (got, want, old) in enumerate(zip(outs, eager, before[name], strict=True)):
+            assert torch.equal(got, want), f"{name} output {i}: graph replay != eager"
+            assert not torch.equal(got, old), f"{name} output {i}: the captured values"
