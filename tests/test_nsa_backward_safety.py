@@ -188,12 +188,12 @@ def test_invert_block_idx_lists_a_repeated_block_once():
             assert got == [t for t in range(T) if j * BS <= t and j in idx[0, h, t].tolist()]
 
 
-@pytest.mark.parametrize("pattern", ["random", "odd"])
-def test_repeated_block_counted_once(pattern, monkeypatch):
+@pytest.mark.parametrize("pattern,schedule", [("random", "blocks"), ("odd", "tile")])
+def test_repeated_block_counted_once(pattern, schedule, monkeypatch):
     """dq, dk, dv with repeats in block_idx equal the gradient of the dense reference, which
     counts a repeated block once: from the reference's o and lse, and end to end through
-    the token-tile forward (which counts it once too)."""
-    monkeypatch.setattr(forward, "FORWARD_SCHEDULE", "tile")
+    either forward path (which count it once too)."""
+    monkeypatch.setattr(forward, "FORWARD_SCHEDULE", schedule)
     q, k, v, do, idx = inputs(pattern, seed=7)
     idx = with_repeats(idx)
     ro, rlse, rgrads = reference(q, k, v, idx, BS, do)
