@@ -18,9 +18,8 @@ log, -inf (with o = 0) for rows with no visible key.
 How a tile finds its blocks (knob TILE_LOOP):
 * "list" (default): a small kernel first writes, per tile, the sorted distinct kept blocks of
   its BLOCK_T * S slots and their count (`tile_block_lists`). The attention loop then runs
-  over real blocks only, with no branch around its loads (the one for the causal diagonal,
-  below, holds none), so Triton can software-pipeline its K/V loads (NUM_STAGES) across
-  iterations.
+  over real blocks only, with no branch, so Triton can software-pipeline its K/V loads
+  (NUM_STAGES) across iterations.
 * "pairs": the loop walks all BLOCK_T * S (token, slot) pairs, loads each id, skips the pair
   when an earlier pair of the tile produced the same block, and branches on the result. No
   side buffer, but a serial, unpipelined loop; kept to compare against.
@@ -46,15 +45,14 @@ about 1e-5 on the GPU as well as in the interpreter.
 
 Masked keys take no part in a row's result, whatever their values. Masking the scores to
 -inf covers k; but p @ v sums p * v over all keys of the block, and a key hidden from a row
-has p = 0 there, with 0 * NaN = NaN. Three cases, each handled where it can occur:
-* keys after the tile's last token (and past T) are seen by no row: loaded as 0;
-* rows whose token did not select the block keep their accumulator unchanged (a select);
-* keys between the tile's first and last token (the causal diagonal; only blocks ending
-  after the tile's first token) are seen by some rows only: when such a block's product
-  comes out non-finite on a row that selected it, it is recomputed with non-finite values
-  zeroed and NaN put back into the rows that see one (`_visible_pv`). Clean inputs pay the
-  check only.
-A non-finite key or value that a row sees makes the row non-finite (NaN when it is a NaN).
+has p = 0 there, with 0 * NaN = NaN. Keys after the tile's last token (and past T) are seen
+by no row and are loaded as 0. The others (keys of a block that some of the tile's tokens
+did not select, keys after a row's token in a block of the causal diagonal) can only make
+a row's sum non-finite; so the tile runs the plain loop, and only when a real row ends
+non-finite is the tile redone with each row's p @ v over its visible keys (`_visible_pv`:
+non-finite values enter the dot as 0, and a row that sees one gets NaN). Clean inputs pay
+one check per tile. A non-finite key or value that a row sees makes the row non-finite (NaN
+when it is a NaN).
 """
 
 import contextlib
@@ -317,11 +315,12 @@ def _visible_pv(b_p, b_v, vis, PREC: tl.constexpr):
 
 @triton.jit
 def _attend_block(
-    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, t0, t_last, qk_scale,
-    D: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr, BLOCK_T: tl.constexpr,
+    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, t_last, qk_scale,
+    D: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr, SAFE: tl.constexpr,
 ):  # fmt: skip
     """One online-softmax step of the tile over key block j; returns the new (m, l, acc).
-    t0, t_last: the tile's first and last token (t_last < T)."""
+    t_last: the tile's last token (< T). SAFE: p @ v over each row's visible keys only
+    (`_visible_pv`), whatever the values of the others."""
     i_d = tl.arange(0, D)
     i_k = j * BS + tl.arange(0, BS)
     # Keys after the tile's last token, and past T, are seen by no row: read as 0.
@@ -338,17 +337,65 @@ def _attend_block(
     alpha = tl.exp2(b_m - m_safe)
     b_p = tl.exp2(b_s - m_safe[:, None])
     b_l = b_l * alpha + tl.sum(b_p, axis=1)
-    b_p = b_p.to(b_v.dtype)
-    b_pv = tl.dot(b_p, b_v, input_precision=PREC)
-    if BLOCK_T > 1:
-        # Keys t0 < p <= t_last are seen by the rows of tokens t >= p only (one token: none).
-        if j * BS + BS - 1 > t0:
-            if _any_nonfinite(b_pv, sel):
-                b_pv = _visible_pv(b_p, b_v, vis, PREC)
-    # A row whose token did not select j has p = 0 on the whole block: it keeps its
-    # accumulator (the dot's row would be NaN if the block held a non-finite value).
-    b_acc = tl.where(sel[:, None], b_acc * alpha[:, None] + b_pv, b_acc)
+    if SAFE:
+        b_pv = _visible_pv(b_p.to(b_v.dtype), b_v, vis, PREC)
+    else:
+        b_pv = tl.dot(b_p.to(b_v.dtype), b_v, input_precision=PREC)
+    b_acc = b_acc * alpha[:, None] + b_pv
     return m_new, b_l, b_acc
+
+
+@triton.jit
+def _tile_blocks(
+    K, V, LIST, COUNT, p_idx, p_kv, o_tile, pid_t, b_q, b_j, i_s, i_t, row_ok, T, NB, qk_scale,
+    S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_G: tl.constexpr, PREC: tl.constexpr, USE_LIST: tl.constexpr,
+    FOR_LOOP: tl.constexpr, SAFE: tl.constexpr,
+):  # fmt: skip
+    """The online softmax of the tile over its blocks (TILE_LOOP); returns (m, l, acc).
+    SAFE: `_attend_block`'s; the compiled "list" loop is then not pipelined (it runs on
+    inputs with non-finite values only, and needs no shared-memory stages of its own)."""
+    t_last = tl.minimum(pid_t * BLOCK_T + BLOCK_T - 1, T - 1)
+    b_m = tl.full([BLOCK_T * BLOCK_G], float("-inf"), tl.float32)
+    b_l = tl.zeros([BLOCK_T * BLOCK_G], tl.float32)
+    b_acc = tl.zeros([BLOCK_T * BLOCK_G, D], tl.float32)
+    if USE_LIST:
+        p_list = LIST + o_tile * BLOCK_T * S
+        n = tl.load(COUNT + o_tile)
+        if FOR_LOOP:
+            if SAFE:
+                for i in tl.range(0, n, num_stages=1):
+                    j = tl.load(p_list + i)
+                    b_m, b_l, b_acc = _attend_block(
+                        K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, t_last,
+                        qk_scale, D, BS, PREC, SAFE,
+                    )  # fmt: skip
+            else:
+                for i in range(0, n):
+                    j = tl.load(p_list + i)
+                    b_m, b_l, b_acc = _attend_block(
+                        K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, t_last,
+                        qk_scale, D, BS, PREC, SAFE,
+                    )  # fmt: skip
+        else:
+            i = 0
+            while i < n:
+                j = tl.load(p_list + i)
+                b_m, b_l, b_acc = _attend_block(
+                    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, t_last, qk_scale,
+                    D, BS, PREC, SAFE,
+                )  # fmt: skip
+                i += 1
+    else:
+        i_flat = ((i_t - pid_t * BLOCK_T) * S)[:, None] + i_s[None, :]
+        for f in range(0, BLOCK_T * S):
+            j, visit = _next_block(p_idx, f, pid_t * BLOCK_T, T, NB, b_j, i_flat, S, BS)
+            if visit:
+                b_m, b_l, b_acc = _attend_block(
+                    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, t_last, qk_scale,
+                    D, BS, PREC, SAFE,
+                )  # fmt: skip
+    return b_m, b_l, b_acc
 
 
 @triton.jit
@@ -369,40 +416,19 @@ def _sel_fwd_tile(
     p_kv = i_bh.to(tl.int64) * T * D
     b_q = tl.load(Q + o_row[:, None] + i_d[None, :], mask=row_ok[:, None], other=0.0)
     b_j, i_s = _tile_slots(p_idx, i_t, T, NB, S, BS, S_PAD)
-    t0 = pid_t * BLOCK_T
-    t_last = tl.minimum(t0 + BLOCK_T - 1, T - 1)
-
-    b_m = tl.full([BLOCK_T * BLOCK_G], float("-inf"), tl.float32)
-    b_l = tl.zeros([BLOCK_T * BLOCK_G], tl.float32)
-    b_acc = tl.zeros([BLOCK_T * BLOCK_G, D], tl.float32)
-    if USE_LIST:
-        p_list = LIST + o_tile * BLOCK_T * S
-        n = tl.load(COUNT + o_tile)
-        if FOR_LOOP:
-            for i in range(0, n):
-                j = tl.load(p_list + i)
-                b_m, b_l, b_acc = _attend_block(
-                    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, t0, t_last,
-                    qk_scale, D, BS, PREC, BLOCK_T,
-                )  # fmt: skip
-        else:
-            i = 0
-            while i < n:
-                j = tl.load(p_list + i)
-                b_m, b_l, b_acc = _attend_block(
-                    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, t0, t_last,
-                    qk_scale, D, BS, PREC, BLOCK_T,
-                )  # fmt: skip
-                i += 1
-    else:
-        i_flat = ((i_t - pid_t * BLOCK_T) * S)[:, None] + i_s[None, :]
-        for f in range(0, BLOCK_T * S):
-            j, visit = _next_block(p_idx, f, pid_t * BLOCK_T, T, NB, b_j, i_flat, S, BS)
-            if visit:
-                b_m, b_l, b_acc = _attend_block(
-                    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, t0, t_last,
-                    qk_scale, D, BS, PREC, BLOCK_T,
-                )  # fmt: skip
+    b_m, b_l, b_acc = _tile_blocks(
+        K, V, LIST, COUNT, p_idx, p_kv, o_tile, pid_t, b_q, b_j, i_s, i_t, row_ok, T, NB,
+        qk_scale, S, D, BS, BLOCK_T, BLOCK_G, PREC, USE_LIST, FOR_LOOP, False,
+    )  # fmt: skip
+    # A row with a non-finite sum saw a non-finite key or value, or took one in through
+    # the plain p @ v from a key hidden from it (another token's block, or a key after its
+    # token in a block of the causal diagonal). Only then is the tile redone with each
+    # row's product over its visible keys only (unpipelined: rare, and no extra buffers).
+    if _any_nonfinite(b_acc, row_ok):
+        b_m, b_l, b_acc = _tile_blocks(
+            K, V, LIST, COUNT, p_idx, p_kv, o_tile, pid_t, b_q, b_j, i_s, i_t, row_ok, T, NB,
+            qk_scale, S, D, BS, BLOCK_T, BLOCK_G, PREC, USE_LIST, FOR_LOOP, True,
+        )  # fmt: skip
     # No visible key: l = 0 (a NaN l, from a visible NaN key, stays NaN in o and lse).
     no_key = b_l == 0
     b_o = b_acc / tl.where(no_key, 1.0, b_l)[:, None]
