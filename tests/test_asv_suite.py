@@ -12,7 +12,13 @@ slower); `asv publish` lists every benchmark; tools/report.py writes its files.
 (`asv check` runs in test_asv_common.py, in this interpreter.)
 
 Smoke gate settings (looser than the GPU's, which are tuned on the GPU's own noise): factor
-3, and a 1.5 s sleep against a ~0.3 s interpreter call, so only the plumbing is tested.
+3. The slow commit's forward sleeps SLOW_MULTIPLE times as long as the real call it wraps
+has just taken, in the same process: its time is (1 + SLOW_MULTIPLE) times the call's, so
+the ratio asv sees is 1 + SLOW_MULTIPLE however busy the machine is. Only a change of load
+between the base's and the head's processes moves it, and it stays above the factor until
+the base's calls run (1 + SLOW_MULTIPLE) / 3 times slower than the head's. A fixed sleep
+did not have that property: its ratio fell below 3 once a loaded machine made the call
+itself take more than half the sleep. Only the plumbing is tested.
 """
 
 import json
@@ -26,18 +32,22 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE_FACTOR = "3"
-SLEEP_S = 1.5
+# Extra time of the slow forward, as a multiple of the call it wraps (ratio 1 + this).
+SLOW_MULTIPLE = 8
 SLOW_PATCH = f"""
 
-# Deliberately slower forward (asv gate test only).
+# Deliberately slower forward (asv gate test only): sleeps {SLOW_MULTIPLE} times as long as
+# the call took, so the slowdown is a ratio, whatever the machine's load.
 import time as _time
 
 _selection_forward_triton = selection_forward_triton
 
 
 def selection_forward_triton(*args, **kwargs):
-    _time.sleep({SLEEP_S})
-    return _selection_forward_triton(*args, **kwargs)
+    t0 = _time.perf_counter()
+    out = _selection_forward_triton(*args, **kwargs)
+    _time.sleep({SLOW_MULTIPLE} * (_time.perf_counter() - t0))
+    return out
 """
 
 pytestmark = pytest.mark.slow
@@ -158,6 +168,39 @@ def test_continuous_fails_a_slower_kernel(smoke_run):
                SMOKE_FACTOR, "--machine", "cpu-smoke", check=False)  # fmt: skip
     assert proc.returncode == 1, proc.stdout[-6000:]
     assert "PERFORMANCE DECREASED" in proc.stdout
+
+
+def test_slow_patch_scales_with_the_call_it_wraps():
+    """The slow commit's forward takes (1 + SLOW_MULTIPLE) times its real call, for a fast
+    call and for one three times slower (as on a loaded machine): the ratio is the same.
+    A virtual clock stands in for `time`, so this test does not depend on load itself."""
+
+    class Clock:
+        now = 0.0
+
+        def perf_counter(self):
+            return self.now
+
+        def sleep(self, seconds):
+            assert seconds >= 0
+            self.now += seconds
+
+    def ratio(call_s):
+        clock = Clock()
+
+        def selection_forward_triton(*args, **kwargs):
+            clock.now += call_s
+            return ("o", args, kwargs)
+
+        ns = {"selection_forward_triton": selection_forward_triton}
+        exec(SLOW_PATCH, ns)
+        ns["_time"] = clock
+        assert ns["selection_forward_triton"](1, b=2) == ("o", (1,), {"b": 2})
+        return clock.now / call_s
+
+    for call_s in (0.3, 0.9):
+        assert ratio(call_s) == pytest.approx(1 + SLOW_MULTIPLE)
+    assert (1 + SLOW_MULTIPLE) / float(SMOKE_FACTOR) >= 3  # margin against a change of load
 
 
 def test_publish_lists_every_benchmark(smoke_run):
