@@ -66,6 +66,12 @@ BANNER_STYLE = (
     "padding: 4px 12px; background: #fcf8e3; border-top: 1px solid #c09853; color: #8a6d3b; "
     "font: bold 13px sans-serif; text-align: center"
 )
+# asv's side panels and lists reach the bottom of the window: keep them clear of the
+# banners (one line each, fixed at the bottom).
+BANNER_ROOM = (
+    "<style>#summarylist-navigation, #summarylist-body, #graphdisplay-navigation "
+    "{ bottom: 56px !important; } body { padding-bottom: 56px; }</style>"
+)
 FILE_STYLE = (
     "display: none; position: fixed; left: 10%; right: 10%; top: 80px; z-index: 3000; "
     "padding: 16px 20px; background: #f2dede; border: 2px solid #a94442; color: #a94442; "
@@ -301,6 +307,8 @@ def extras_block(banner: str, file_warning: bool, not_vendored: bool) -> str:
         style = BANNER_STYLE.replace("bottom: 0", "bottom: 26px")
         text = html.escape(NOT_VENDORED_TEXT, quote=False)
         parts.append(f'<div id="attnbench-not-vendored" style="{style}">{text}</div>')
+    if banner or not_vendored:
+        parts.append(BANNER_ROOM)
     if banner:
         parts.append(banner)
     parts.append(MARK_END)
