@@ -22,6 +22,12 @@ also appends one line to an OOM log (`record_oom`), a JSON object per line:
 machine lives next to its results, `<results>/<machine>/na_reasons.jsonl` (asv reads only
 `*.json` there). A NaN point with a matching line is out of memory; without one it is
 skipped. So an OOM is reported only where one was recorded.
+
+The writer in a benchmark process cannot import this module (asv_runner makes only the
+`benchmarks` package importable there), so benchmarks/common.py writes the same line
+itself: the path from the environment (`ATTNBENCH_NA_LOG`, exported by the job that runs
+asv) and the commit from `ASV_COMMIT` (asv sets it for every benchmark process).
+`record_oom` here is the reference writer, for tests and tools.
 """
 
 from __future__ import annotations
