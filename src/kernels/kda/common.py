@@ -36,14 +36,15 @@ def _load_rows(p, stride, N: tl.constexpr, mask):
 
 
 @triton.jit
-def _in_pool(i, n):
-    """Whether line index i (int64) addresses a pool of n lines: 0 <= i < n, in one unsigned
-    compare (a negative i reads as an unsigned value above any pool size). Every kernel
-    folds it into its validity mask, so an index outside its pool makes the sequence
-    padding, like a negative one. The select compiles to the compare itself; it hands
-    Triton's interpreter a boolean (it types an unsigned compare's result as uint64,
-    which numpy will not combine with the other masks)."""
-    return tl.where(i.to(tl.uint64, bitcast=True) < n, True, False)
+def _pool_line(i, n):
+    """Line index i (int64) of a pool of n lines, with every index outside the pool made
+    negative: i itself when i < n, else -1 (a negative i stays as it is). The kernels then
+    test `line >= 0` as the validity of a sequence, so an index past the end of its pool
+    makes the sequence padding, exactly like a negative one: one compare and one select
+    per index, per program, no host read. The masks stay a sign test of the line: masks
+    built from the unsigned compare `0 <= i < n` (one compare too) take more registers,
+    and two of the widest tiles (255 registers) then spill (tools/compile_kda_sm90.py)."""
+    return tl.where(i < n, i, -1)
 
 
 @triton.jit

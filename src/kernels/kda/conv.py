@@ -14,8 +14,8 @@ import triton.language as tl
 from .common import (
     FLOAT_DTYPES,
     _conv_out,
-    _in_pool,
     _load_rows,
+    _pool_line,
     _store_windows,
     check_devices,
     check_index,
@@ -69,12 +69,12 @@ def _causal_conv1d_update_kernel(
     # not depend on them and are issued before the state rows that do. A line outside its
     # pool (negative or past the end) makes the sequence padding: every state and window
     # access below is masked by `valid`.
-    i_line = tl.load(conv_state_indices + i_n).to(tl.int64)
-    valid = _in_pool(i_line, n_cs_lines)
+    i_line = _pool_line(tl.load(conv_state_indices + i_n).to(tl.int64), n_cs_lines)
+    valid = i_line >= 0
     i_wline = i_line
     if WINDOW:
-        i_wline = tl.load(window_indices + i_n).to(tl.int64)
-        valid = valid & _in_pool(i_wline, n_win_lines)
+        i_wline = _pool_line(tl.load(window_indices + i_n).to(tl.int64), n_win_lines)
+        valid = valid & (i_wline >= 0)
     b_x = _load_rows(x + i_n * s_x_n + o_c * s_x_c, s_x_t, T, m_c)
     b_w = _load_rows(weight + o_c * s_w_c, s_w_w, W, m_c)
     if HAS_BIAS:
@@ -133,9 +133,9 @@ def causal_conv1d_update(
         out shaped and strided like x (x's dtype): out[n, c, t] = act(bias[c] +
         sum_j weight[c, j] * xx[t + j]) with xx = state columns followed by the new inputs.
 
-    The index values are bounded in the kernel (one compare, no host read), so the call
-    stays CUDA-graph capturable. Two sequences sharing a line that is written (the conv
-    line when the state is rolled, the window line in verify) is undefined;
+    The index values are bounded in the kernel (a compare and a select, no host read), so
+    the call stays CUDA-graph capturable. Two sequences sharing a line that is written
+    (the conv line when the state is rolled, the window line in verify) is undefined;
     `kernels.kda.validate_indices` checks ranges and duplicates on request.
     """
     if cache_seqlens is not None:

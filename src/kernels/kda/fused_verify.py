@@ -23,8 +23,8 @@ import triton.language as tl
 from .common import (
     FLOAT_DTYPES,
     _conv_out,
-    _in_pool,
     _load_rows,
+    _pool_line,
     _step_inputs,
     _store_ring_shared,
     _store_windows,
@@ -212,10 +212,10 @@ def _fused_verify_kernel(
     # One outside its pool (negative or past the end; n_lines bounds both pools of the
     # intermediate line, windows and snapshots) makes the sequence padding: every pool
     # access below is masked by `valid`.
-    i_slot = tl.load(h0_indices + i_n).to(tl.int64)
-    i_cline = tl.load(conv_indices + i_n).to(tl.int64)
-    i_line = tl.load(inter_indices + i_n).to(tl.int64)
-    valid = _in_pool(i_slot, n_slots) & _in_pool(i_cline, n_conv_lines) & _in_pool(i_line, n_lines)
+    i_slot = _pool_line(tl.load(h0_indices + i_n).to(tl.int64), n_slots)
+    i_cline = _pool_line(tl.load(conv_indices + i_n).to(tl.int64), n_conv_lines)
+    i_line = _pool_line(tl.load(inter_indices + i_n).to(tl.int64), n_lines)
+    valid = (i_slot >= 0) & (i_cline >= 0) & (i_line >= 0)
 
     # 2. The q/k head's inputs for all T steps (new inputs, conv weights and bias, saved
     # conv inputs), a, b and the gate parameters, all loaded before anything is computed.
@@ -413,8 +413,8 @@ def fused_kda_conv_gating_verify(
     ssm_states.shape[0], conv_state_indices >= conv_state.shape[0],
     intermediate_state_indices >= the lines of intermediate_conv_window or of
     intermediate_states_buffer) is padding: its o rows are zeros and nothing is read from
-    or written to any pool for it. The bounds are one compare per index in the kernel (no
-    host read), so the call stays CUDA-graph capturable. Two sequences sharing
+    or written to any pool for it. The bounds are a compare and a select per index in the
+    kernel (no host read), so the call stays CUDA-graph capturable. Two sequences sharing
     intermediate_state_indices, or cache_indices in ring mode (lines the call writes), is
     undefined; `kernels.kda.validate_indices` checks ranges and duplicates on request.
     ssm_states and conv_state are never written.

@@ -16,8 +16,8 @@ import triton.language as tl
 
 from .common import (
     FLOAT_DTYPES,
-    _in_pool,
     _load_rows,
+    _pool_line,
     _step_inputs,
     _store_ring_shared,
     _tile_ptrs,
@@ -132,12 +132,12 @@ def _recurrent_verify_kernel(
     # rows of all T steps, which do not depend on them. A slot or line outside its pool
     # (negative or past the end) makes the sequence padding: every state, snapshot and
     # ring access is masked by `valid`.
-    i_slot = tl.load(h0_indices + i_n).to(tl.int64)
-    valid = _in_pool(i_slot, n_slots)
+    i_slot = _pool_line(tl.load(h0_indices + i_n).to(tl.int64), n_slots)
+    valid = i_slot >= 0
     p_snap = snap
     if SNAPSHOT:
-        i_line = tl.load(snap_indices + i_n).to(tl.int64)
-        valid = valid & _in_pool(i_line, n_snap_lines)
+        i_line = _pool_line(tl.load(snap_indices + i_n).to(tl.int64), n_snap_lines)
+        valid = valid & (i_line >= 0)
         p_snap = snap + i_line * s_snap_l + i_hv * s_snap_h
     i_tok = i_n * T
     b_q = _load_rows(q + i_tok * s_q_n + i_h * s_q_h + o_k, s_q_n, T, None)
@@ -251,11 +251,11 @@ def fused_sigmoid_gating_delta_rule_update(
     Padding: a sequence whose initial_state_indices entry is outside 0..slots-1 (negative,
     or >= initial_state_source.shape[0]), or whose intermediate_state_indices entry is
     outside 0..lines-1 of intermediate_states_buffer, is padding: its o rows are zeros and
-    nothing is read from or written to any pool for it. The bounds are one compare per
-    index in the kernel (no host read), so the call stays CUDA-graph capturable. Two
-    sequences sharing a line that is written (a ring slot, a snapshot line, a state
-    written back) is undefined; `kernels.kda.validate_indices` checks ranges and
-    duplicates on request.
+    nothing is read from or written to any pool for it. The bounds are a compare and a
+    select per index in the kernel (no host read), so the call stays CUDA-graph
+    capturable. Two sequences sharing a line that is written (a ring slot, a snapshot
+    line, a state written back) is undefined; `kernels.kda.validate_indices` checks
+    ranges and duplicates on request.
 
     Math (kernels.kda.reference is the plain PyTorch version): g = -exp(A_log) softplus(a + dt_bias)
     or, with lower_bound < 0, lower_bound * sigmoid(exp(A_log) (a + dt_bias)); beta =
