@@ -173,6 +173,38 @@ def test_plot_marks_only_a_recorded_oom_inside_the_axes(results):
     plt.close(fig)
 
 
+def test_eager_figure_beside_the_graph_replay(results, tmp_path):
+    """The kernel's eager per-call time (the seed's figure) is tabled and plotted beside
+    the graph replay, and the crossover is stated for both."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = results / "h200" / "aaaaaaaa-virtualenv-py3.12.json"
+    data = json.loads(path.read_text())
+    params = [[512, 1024], ["triton"], ["seed"], ["recent"]]
+    data["results"]["nsa.NsaForward.track_time_eager"] = _entry(params, [2e-4, 4e-4])
+    path.write_text(json.dumps(data))
+    out = tmp_path / "out"
+    report.build(results, out)
+    rows = list(csv.DictReader(open(out / "nsa_forward.csv")))
+    assert math.isclose(float(rows[1]["kernel_eager_ms"]), 0.4)
+    assert math.isclose(float(rows[1]["kernel_eager_tok_s"]), 1024 / 4e-4)
+    assert rows[2]["kernel_eager_ms"] == "" and "ref_eager_ms" not in rows[0]
+    summary = (out / "summary.md").read_text()
+    # graph replay: the kernel wins at 1024; eager: 2.56M tokens/s < the reference's 3.4M
+    assert "crossover at seq_len 1024 (graph replay), at (none measured) (eager)" in summary
+    rows = report.nsa_table(report.Results(results), report.NSA["forward"])
+    fig, ax = plt.subplots()
+    report.draw_panel(ax, rows, "tok_s", "throughput (tokens/s)", "t")
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "kernel (Triton) eager, recent" in labels
+    assert "kernel (Triton) graph replay, recent" in labels
+    assert not [t for t in labels if t.startswith("kernel wins")]  # no eager crossover
+    plt.close(fig)
+
+
 def test_kda_table_in_microseconds(results, tmp_path):
     out = tmp_path / "out"
     report.build(results, out)

@@ -7,7 +7,8 @@ Reads asv's result files (`results/<machine>/<commit8>-<env>.json`, format versi
 `results/benchmarks.json` for parameter names) and writes into --out:
 
     nsa_forward.csv, nsa_backward.csv      per (preset, pattern, seq_len): kernel and
-                                           reference ms, tokens/s, peak VRAM (GB), ref n/a
+                                           reference ms, tokens/s, peak VRAM (GB), the
+                                           kernel's eager ms and tokens/s, n/a reasons
     vram_vs_seqlen_{fwd,bwd}.png           peak VRAM vs seq_len, kernel vs reference,
     toks_vs_seqlen_{fwd,bwd}.png           tokens/s vs seq_len; reference OOM ceiling and
                                            the throughput crossover marked
@@ -165,12 +166,23 @@ class Results:
 
 # When the metrics of one point disagree, the point's reason is the most telling one.
 _PRIORITY = [NaReason.OUT_OF_MEMORY, NaReason.FAILED, NaReason.SKIPPED, NaReason.NOT_RUN]
+# `ms` is the graph-replay figure for the kernel (the gated one) and the plain per-call
+# figure for the dense reference (never captured in a graph); `eager_ms` is the kernel's
+# back-to-back eager figure, what the seed's own benchmark measures.
 NSA_METRICS = {
     "ms": "track_time",
+    "eager_ms": "track_time_eager",
     "tok_s": "track_tokens_per_s",
     "vram_gb": "track_peak_vram_bytes",
 }
-NSA_SCALE = {"ms": 1e3, "tok_s": 1.0, "vram_gb": 1e-9}
+NSA_SCALE = {"ms": 1e3, "eager_ms": 1e3, "tok_s": 1.0, "vram_gb": 1e-9}
+
+
+# CSV columns per side; the reference has no eager figure of its own (its `ms` is one).
+NSA_COLUMNS = {
+    "kernel": ["ms", "tok_s", "eager_ms", "eager_tok_s", "vram_gb"],
+    "ref": ["ms", "tok_s", "vram_gb"],
+}
 
 
 def point_reason(reasons):
@@ -205,6 +217,8 @@ def nsa_table(res, cls):
             if row.get(f"{side}_tok_s") is None and ms and T:
                 row[f"{side}_tok_s"] = T / (ms / 1e3)
                 why[key][side]["tok_s"] = None
+            eager = row.get(f"{side}_eager_ms")
+            row[f"{side}_eager_tok_s"] = T / (eager / 1e3) if eager and T else None
     # The dense reference ignores the pattern: borrow another pattern's figures where this
     # one has none, and its reason where this pattern did not run the reference at all.
     for key, row in table.items():
@@ -225,7 +239,7 @@ def nsa_table(res, cls):
         preset, pattern, T = key
         full = {"preset": preset, "pattern": pattern, "seq_len": T}
         for side in ("kernel", "ref"):
-            for col in NSA_METRICS:
+            for col in NSA_COLUMNS[side]:
                 full[f"{side}_{col}"] = row.get(f"{side}_{col}")
         for side in ("kernel", "ref"):
             reason = point_reason([why[key][side][c] for c in ("ms", "vram_gb")])
@@ -278,13 +292,19 @@ def scaling(rows, factor=4):
     return t1 // factor, t1, ms[t1] / ms[t1 // factor]
 
 
-def crossover(rows):
-    """Smallest seq_len where the kernel's tokens/s reaches the reference's (both measured)."""
+def crossover(rows, kernel="kernel_tok_s"):
+    """Smallest seq_len where the kernel's tokens/s (`kernel`: the graph-replay column, or
+    "kernel_eager_tok_s") reaches the reference's (both measured)."""
     for r in sorted(rows, key=lambda r: r["seq_len"]):
-        if r["kernel_tok_s"] is not None and r["ref_tok_s"] is not None:
-            if r["kernel_tok_s"] >= r["ref_tok_s"]:
+        if r.get(kernel) is not None and r["ref_tok_s"] is not None:
+            if r[kernel] >= r["ref_tok_s"]:
                 return r["seq_len"]
     return None
+
+
+def has_eager(rows):
+    """Any kernel eager figure among the rows."""
+    return any(r.get("kernel_eager_tok_s") is not None for r in rows)
 
 
 def write_csv(path, rows, fields=None):
@@ -324,9 +344,14 @@ def plot_nsa(out, direction, rows):
 
 def draw_panel(ax, prows, metric, ylabel, title):
     """One preset's panel: kernel lines per pattern, the reference dashed, the marks."""
+    eager = metric == "tok_s" and has_eager(prows)
     for pattern in sorted({r["pattern"] for r in prows}, key=str):
         pr = sorted((r for r in prows if r["pattern"] == pattern), key=lambda r: r["seq_len"])
-        _line(ax, pr, f"kernel_{metric}", f"kernel (Triton), {pattern}", "o-")
+        if eager:  # the seed's figure first, the graph replay beside it
+            _line(ax, pr, "kernel_eager_tok_s", f"kernel (Triton) eager, {pattern}", "o-")
+            _line(ax, pr, "kernel_tok_s", f"kernel (Triton) graph replay, {pattern}", "^:")
+        else:
+            _line(ax, pr, f"kernel_{metric}", f"kernel (Triton), {pattern}", "o-")
     ref = {r["seq_len"]: r[f"ref_{metric}"] for r in prows}
     ref_rows = [{"seq_len": t, f"ref_{metric}": v} for t, v in sorted(ref.items())]
     _line(ax, ref_rows, f"ref_{metric}", "reference (dense O(T^2))", "s--")
@@ -352,14 +377,16 @@ def _marks(ax, rows, metric):
     """Vertical lines at the recorded OOM ceiling and the crossover, and one legend entry
     per side listing its missing points by reason. Everything is named in the legend, which
     matplotlib keeps inside the axes, so no label runs over the axis titles."""
-    ceiling, cross = oom_ceiling(rows), crossover(rows)
+    eager = has_eager(rows)
+    ceiling = oom_ceiling(rows)
+    cross = crossover(rows, "kernel_eager_tok_s" if eager else "kernel_tok_s")
     if ceiling is not None:
         label = f"reference out of memory from seq_len {ceiling}"
         ax.axvline(ceiling, color="gray", ls="--", alpha=0.7, label=label)
     if cross is not None and metric == "tok_s":
-        ax.axvline(
-            cross, color="green", ls="--", alpha=0.7, label=f"kernel wins from seq_len {cross}"
-        )
+        which = " (eager)" if eager else ""
+        label = f"kernel wins{which} from seq_len {cross}"
+        ax.axvline(cross, color="green", ls="--", alpha=0.7, label=label)
     one_per_len = {}
     for r in rows:
         one_per_len.setdefault(r["seq_len"], r)  # the reference's rows agree across patterns
@@ -479,6 +506,7 @@ def write_kda(out, res):
 def nsa_summary(direction, preset, prows):
     """summary.md's lines for one NSA direction and preset."""
     ceiling, cross = oom_ceiling(prows), crossover(prows)
+    eager_cross = crossover(prows, "kernel_eager_tok_s")
     by_len = {}
     for r in prows:
         by_len.setdefault(r["seq_len"], r)  # the reference's rows agree across patterns
@@ -489,6 +517,9 @@ def nsa_summary(direction, preset, prows):
         f"- NSA {direction}, {preset}: reference OOM ceiling {oom}; kernel throughput "
         f"crossover at {cross_text}"
     ]
+    if has_eager(prows):
+        eager_text = f"seq_len {eager_cross}" if eager_cross is not None else "(none measured)"
+        lines[0] += f" (graph replay), at {eager_text} (eager)"
     if ref_na:
         lines.append(f"  - reference n/a: {ref_na}")
     for pattern in sorted({r["pattern"] for r in prows}, key=str):
