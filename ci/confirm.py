@@ -1,35 +1,53 @@
 #!/usr/bin/env python3
-"""Second stage of the GPU PR gate: re-time the suspects of `asv continuous` with more processes.
+"""Second stage of the GPU PR gate: judge every suspect of `asv continuous`, or say which not.
 
 Stage 1 is `asv continuous BASE HEAD --factor F1 -a rounds=2 --interleave-rounds`. Its
 factor has to stay above what a point's median moves between fresh processes (on the H200
 up to about 0.5% per process for the noisiest point, docs/measurement.md), so a 1% slowdown
-there is not always flagged. Stage 2 takes the *suspects*, timings only: every timing point
-that stage 1 flagged as slower, and every other whose median ratio head/base lies beyond a
-smaller factor (`--suspect`) either way; at most `--max` of them (flagged first, then by
-distance from 1). Only those are run again, `--rounds` more fresh processes per side, base
-and head alternating (`asv run --append-samples -a rounds=R --interleave-rounds`), so that
-their medians rest on 2 + R processes; then `asv compare --factor F2` on the pooled samples
-decides. The spread of a median over N processes shrinks about as 1 / sqrt(N), which is what
-lets F2 sit below F1 without more false flags.
+there is not always flagged, and a flag close to F1 may be noise. This stage reads both
+commits' stored results and sorts the timing points (`time_*`, `track_time*`):
+
+- **beyond doubt**: stage 1 flagged it slower, its median ratio head/base is at least
+  `--sure` (1.03) and the 99% intervals of the two medians do not overlap. The flag
+  stands; no time is spent on it.
+- **suspects**: every other timing point that stage 1 flagged, and every timing point whose
+  ratio lies beyond `--suspect` either way (every timing point when it is 1). They are
+  re-run in that order (stage-1 flags, then slower by ratio, then faster by distance), in
+  batches of at most `--batch`: `--rounds` more fresh processes per side, base and head
+  alternating (`asv run --append-samples -a rounds=R --interleave-rounds`), so that their
+  medians rest on 2 + R processes; `asv compare --factor F2` on the pooled samples then
+  judges them. The spread of a median over N processes shrinks about as 1 / sqrt(N), which
+  is what lets F2 sit below F1 without more false flags.
+- A batch is started only while the time spent re-running stays within `--time-cap`
+  seconds (a batch's size shrinks to the points that fit at the pace measured so far).
+  The suspects left when the cap is reached are **unjudged**: they are listed, and one on
+  the slower side (a ratio above 1, or a stage-1 flag) fails the gate. None is dropped.
+
+Besides the timings, a number that vanished fails the gate: a point the base measured and
+the head did not (out of memory, failed, skipped by the benchmark's choice, not run: the
+reasons of ci/na_reasons.py, the OOM log beside the results), and a head where no point has
+a number at all (a runner whose GPU does not work, a build that broke everything).
 
 The verdict (the exit code, as `asv continuous`'s): 2 when stage 1 had a failing benchmark
-(nothing is re-run then); otherwise 1 when stage 2 flags a suspect as slower or failing, or
-a point stage 1 flagged was left out (by `--max`, or not a timing); else 0. A point stage 1
-flagged that stage 2 clears passes: that is a false flag avoided.
+(nothing is re-run then) or a re-run suspect failed or vanished from the compare; 1 when
+the head lost numbers, has none, or a flag beyond doubt, a confirmed suspect, a non-timing
+flag of stage 1 (it is not re-run: its flag stands) or an unjudged slower suspect remains;
+else 0. A stage-1 flag that stage 2 clears passes: that is a false flag avoided. With
+`--rounds 0` nothing is re-run: stage 1's flags stand, the n/a rules still apply.
 
     python -m ci.confirm --machine h200 --base SHA --head SHA \
         --continuous-log gate/continuous.log --continuous-code 1 --rounds 6 \
-        --suspect 1.005 --factor 1.006 --max 8 --out gate [--asv ".venv/bin/asv"] \
-        [--stage1-compare gate/compare.txt] \
+        --suspect 1.005 --factor 1.006 --out gate [--sure 1.03] [--batch 8] \
+        [--time-cap 1800] [--asv ".venv/bin/asv"] [--stage1-compare gate/compare.txt] \
         [--config asv.conf.json] [--results results] [--run-args "--launch-method spawn"]
 
-Writes to --out: suspects.json (with every point's stage-1 ratio), confirm-run.log,
-confirm-compare.txt (asv compare of every point at --factor after the re-runs: the
-suspects' rows from pooled samples),
-final-compare.txt (stage 2's rows for the suspects, stage 1's for the rest, from
---stage1-compare if given, else from the continuous log: what the gate decided on) and
-confirm.json (the verdict and why). Prints the exit code's reason.
+Writes to --out: suspects.json (the plan: every suspect, the flags beyond doubt, every
+point's stage-1 ratio; after the re-runs, which suspects were judged and which not),
+confirm-run.log, confirm-compare.txt (asv compare of every point at --factor after the
+re-runs: the judged suspects' rows from pooled samples), final-compare.txt (stage 2's rows
+for the judged suspects, stage 1's for the rest, from --stage1-compare if given, else
+from the continuous log: what the gate decided on) and confirm.json (the verdict, why,
+and every list the PR comment shows). Prints the exit code's reason.
 """
 
 from __future__ import annotations
@@ -41,10 +59,19 @@ import re
 import shlex
 import subprocess
 import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ci.asv_results import stored_values
+from ci import na_reasons
+from ci.asv_results import stored_points
+from ci.fileio import write_text_atomic
 from ci.render_comment import Row, parse
+
+# Defaults of the rules above; the workflow passes its own (gpu-pr-gate.yml's env).
+SURE_RATIO = 1.03
+TIME_CAP_S = 1800.0
+BATCH = 8
 
 
 def flagged(rows):
@@ -53,31 +80,122 @@ def flagged(rows):
 
 
 def is_timing(name):
-    """Whether a point is a timing (`time_*`, `track_time*`): only timings are noisy enough
-    to need a second look; a peak-VRAM figure is the same in every process."""
+    """Whether a point is a timing (`time_*`, any `track_time*`): only timings are noisy
+    enough to need a second look; a peak-VRAM figure is the same in every process."""
     return Row("", "", "", "", name).kind == "time"
 
 
+def measured(point):
+    """The point's value when it is a number (None when missing, n/a or failed)."""
+    v = None if point is None else point.value
+    return v if na_reasons.is_measured(v) else None
+
+
 def ratios_of(base, head):
-    """{point: median ratio head/base} of the points both sides hold."""
-    return {n: head[n] / base[n] for n in base if n in head and base[n] > 0}
+    """{point: median ratio head/base} of the points both sides measured (Points)."""
+    out = {}
+    for n, b in base.items():
+        vb, vh = measured(b), measured(head.get(n))
+        if vb is not None and vh is not None and vb > 0:
+            out[n] = vh / vb
+    return out
 
 
-def pick_suspects(base, head, slower, suspect, limit):
-    """(suspects, left out): the timing points of `slower` first, then the timing points
-    whose ratio head/base lies beyond `suspect` either way (every timing point when
-    `suspect` is 1), by distance from 1; at most `limit` suspects. Left out: the rest of
-    those, and the points of `slower` that are not timings (stage 1's flag stands for
-    them). `base` and `head` map point names to medians."""
+def beyond_doubt(base_point, head_point, sure):
+    """A slowdown no re-run could clear: ratio >= `sure` and the head's 99% interval lies
+    wholly above the base's (False when either interval is missing)."""
+    vb, vh = measured(base_point), measured(head_point)
+    if vb is None or vh is None or vb <= 0 or vh / vb < sure:
+        return False
+    if base_point.ci is None or head_point.ci is None:
+        return False
+    return head_point.ci[0] > base_point.ci[1]
+
+
+@dataclass
+class Plan:
+    """What stage 2 does with stage 1's points.
+
+    sure: timing flags beyond doubt (kept, not re-run); suspects: timing points to re-run,
+    in order; kept: stage-1 flags that are not re-run for another reason (not timings, or
+    stage 2 is off); ratios: every point's stage-1 median ratio.
+    """
+
+    sure: list[str] = field(default_factory=list)
+    suspects: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    ratios: dict[str, float] = field(default_factory=dict)
+
+
+def plan_stage2(base, head, slower, suspect, sure=SURE_RATIO, rerun=True):
+    """The Plan for stage 1's flags `slower` (names) over stored Points `base`/`head`.
+
+    suspect: the ratio beyond which (either way) a timing point is re-run, >= 1 (1: every
+    timing point); sure: the ratio of a flag beyond doubt; rerun False: stage 2 is off
+    (stage 1's flags are all kept, no suspect)."""
     if suspect < 1.0:
         raise ValueError(f"--suspect must be >= 1, got {suspect}")
     ratio = ratios_of(base, head)
+    flags = list(dict.fromkeys(slower))
+    if not rerun:
+        return Plan(kept=flags, ratios=ratio)
+    plan = Plan(ratios=ratio)
+    plan.kept = [n for n in flags if not is_timing(n)]
+    timing_flags = [n for n in flags if is_timing(n)]
+    plan.sure = [n for n in timing_flags if beyond_doubt(base.get(n), head.get(n), sure)]
+    doubtful = [n for n in timing_flags if n not in plan.sure]
+    doubtful.sort(key=lambda n: -ratio.get(n, math.inf))
     dist = {n: abs(math.log(r)) for n, r in ratio.items()}
-    # --suspect 1: every point (a test of the plumbing), else those strictly beyond it.
-    far = [n for n in ratio if n not in slower and (suspect == 1.0 or dist[n] > math.log(suspect))]
-    far.sort(key=lambda n: -dist[n])
-    ranked = [n for n in dict.fromkeys(slower) if is_timing(n)] + [n for n in far if is_timing(n)]
-    return ranked[:limit], ranked[limit:] + [n for n in dict.fromkeys(slower) if not is_timing(n)]
+    # --suspect 1: every timing point (a test of the plumbing), else those strictly beyond.
+    far = [n for n in ratio if is_timing(n) and n not in flags
+           and (suspect == 1.0 or dist[n] > math.log(suspect))]  # fmt: skip
+    up = sorted((n for n in far if ratio[n] >= 1.0), key=lambda n: -ratio[n])
+    down = sorted((n for n in far if ratio[n] < 1.0), key=lambda n: -dist[n])
+    plan.suspects = doubtful + up + down
+    return plan
+
+
+def lost_numbers(base, head, oom_log, head_commit):
+    """[(name, NaReason, base value)] of the points the base measured and the head did not,
+    in name order; the reason from ci.na_reasons (OOM only where the log records one)."""
+    out = []
+    for name in sorted(base):
+        vb = measured(base[name])
+        if vb is None or measured(head.get(name)) is not None:
+            continue
+        hp = head.get(name)
+        oom = hp is not None and na_reasons.is_oom(oom_log, head_commit, hp.benchmark, hp.params)
+        reason = na_reasons.classify(None if hp is None else hp.value, hp is not None, oom)
+        out.append((name, reason, vb))
+    return out
+
+
+def head_has_no_number(head):
+    """True when no point of the head holds a number (no result file counts as none)."""
+    return not any(measured(p) is not None for p in head.values())
+
+
+def retime(suspects, batch, time_cap, run_batch, clock=time.monotonic):
+    """Re-run `suspects` in order, in batches, within `time_cap` seconds.
+
+    run_batch(names) re-times one batch. A batch holds at most `batch` points and, once
+    the pace (seconds per point so far) is known, no more than fit in the time left; none
+    starts after the cap. Returns (judged, unjudged, seconds spent)."""
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    start, judged, todo, pace = clock(), [], list(suspects), None
+    while todo:
+        left = time_cap - (clock() - start)
+        n = min(batch, len(todo))
+        if pace is not None and pace > 0:
+            n = min(n, int(left // pace))
+        if left <= 0 or n < 1:
+            break
+        chunk, todo = todo[:n], todo[n:]
+        run_batch(chunk)
+        judged += chunk
+        pace = (clock() - start) / len(judged)
+    return judged, todo, clock() - start
 
 
 def bench_regex(names):
@@ -86,44 +204,93 @@ def bench_regex(names):
     return "|".join(re.escape(n) + "$" for n in names)
 
 
-def decide(stage1_code, suspects, left_out, stage1_slower, rows):
-    """(exit code, reason) from stage 2's compare rows over the suspects."""
-    if stage1_code == 2:
-        return 2, "stage 1 had a failing benchmark"
-    if not suspects:
-        return stage1_code, "no suspects: stage 1's verdict stands"
+@dataclass
+class Verdict:
+    """The gate's decision and every list the comment shows."""
+
+    code: int
+    reason: str
+    confirmed: list[str] = field(default_factory=list)
+    cleared: list[str] = field(default_factory=list)
+    unjudged_slower: list[str] = field(default_factory=list)
+    unjudged_faster: list[str] = field(default_factory=list)
+
+
+def decide(stage1_code, plan, judged, unjudged, stage1_slower, rows, lost=(), no_number=False):
+    """The Verdict from stage 2's compare rows over the judged suspects.
+
+    stage1_code: asv continuous's exit code (2 when it printed a failure); plan: the Plan;
+    judged/unjudged: the suspects re-run and those the time cap left; stage1_slower: stage
+    1's slower flags; rows: the parsed compare after the re-runs; lost: lost_numbers();
+    no_number: head_has_no_number()."""
     by_name = {r.name: r for r in rows}
-    missing = [n for n in suspects if n not in by_name]
-    failed = [n for n in suspects if n in by_name and by_name[n].mark == "!"]
-    slower = [n for n in suspects if n in by_name and by_name[n].mark == "+"]
-    kept = [n for n in left_out if n in stage1_slower]
-    if failed or missing:
-        return 2, f"stage 2 failed or lost {len(failed) + len(missing)} point(s)"
-    if slower or kept:
-        return 1, (
-            f"{len(slower)} suspect(s) confirmed slower; {len(kept)} stage-1 flag(s) not "
-            "re-run, kept"
+    v = Verdict(0, "")
+    v.confirmed = [n for n in judged if n in by_name and by_name[n].mark == "+"]
+    failed = [n for n in judged if n in by_name and by_name[n].mark == "!"]
+    missing = [n for n in judged if n not in by_name]
+    v.cleared = [n for n in stage1_slower if n in judged and n not in v.confirmed + failed]
+    up = set(stage1_slower) | {n for n in unjudged if plan.ratios.get(n, math.inf) >= 1.0}
+    v.unjudged_slower = [n for n in unjudged if n in up]
+    v.unjudged_faster = [n for n in unjudged if n not in up]
+
+    why = []
+    if no_number:
+        why.append("the head has no number at all (every point n/a)")
+    if lost:
+        by_reason = {}
+        for _, reason, _ in lost:
+            by_reason[reason] = by_reason.get(reason, 0) + 1
+        detail = ", ".join(f"{r.label}: {k}" for r, k in by_reason.items())
+        why.append(f"{len(lost)} point(s) the base measured have no number at the head ({detail})")
+    if plan.sure:
+        why.append(f"{len(plan.sure)} stage-1 flag(s) beyond doubt, kept without a re-run")
+    if v.confirmed:
+        why.append(f"{len(v.confirmed)} suspect(s) confirmed slower")
+    if plan.kept:
+        why.append(f"{len(plan.kept)} stage-1 flag(s) not re-run, kept")
+    if v.unjudged_slower:
+        why.append(f"{len(v.unjudged_slower)} slower suspect(s) not judged within the time cap")
+
+    if stage1_code == 2:
+        v.code, lead = 2, "stage 1 had a failing benchmark"
+    elif failed or missing:
+        v.code, lead = 2, f"stage 2 failed or lost {len(failed) + len(missing)} point(s)"
+    elif why:
+        v.code, lead = 1, ""
+    elif stage1_code not in (0, 1):
+        v.code, lead = stage1_code, f"stage 1 exited {stage1_code}"
+    elif stage1_code == 1 and not stage1_slower:
+        v.code, lead = 1, "stage 1 exited 1 with no point flagged"
+    else:
+        v.code, lead = (
+            0,
+            (
+                f"no suspect confirmed ({len(v.cleared)} stage-1 flag(s) cleared, "
+                f"{len(judged)} suspect(s) judged)"
+            ),
         )
-    cleared = [n for n in stage1_slower if n in suspects]
-    return 0, f"no suspect confirmed ({len(cleared)} stage-1 flag(s) cleared)"
+    v.reason = "; ".join([lead] * bool(lead) + why)
+    if v.unjudged_faster:
+        v.reason += f"; {len(v.unjudged_faster)} faster suspect(s) not judged (no regression)"
+    return v
 
 
-def merged_table(stage1, again, suspects):
-    """One compare table: stage 2's row for a suspect (pooled samples, its factor), stage
-    1's row for every other point (its factor), in stage 1's order; suspects stage 1's
-    table did not show come last."""
+def merged_table(stage1, again, judged):
+    """One compare table: stage 2's row for a judged suspect (pooled samples, its factor),
+    stage 1's row for every other point (its factor), in stage 1's order; judged suspects
+    stage 1's table did not show come last."""
     second = {r.name: r for r in again}
-    rows = [second.get(r.name, r) if r.name in suspects else r for r in stage1]
+    rows = [second.get(r.name, r) if r.name in judged else r for r in stage1]
     shown = {r.name for r in stage1}
-    rows += [second[n] for n in sorted(suspects) if n not in shown and n in second]
+    rows += [second[n] for n in sorted(judged) if n not in shown and n in second]
     head = "| Change | Before | After | Ratio | Benchmark (Parameter) |\n|---|---|---|---|---|\n"
     return head + "".join("| " + " | ".join(r.cells()[:4] + [r.name]) + " |\n" for r in rows)
 
 
-def run_asv(cmd, log_path):
+def run_asv(cmd, log_path, mode="w"):
     """Run one asv command, its output both printed and written to log_path; returns its
     exit code."""
-    with open(log_path, "w") as log:
+    with open(log_path, mode) as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for line in proc.stdout:
             sys.stdout.write(line)
@@ -131,7 +298,11 @@ def run_asv(cmd, log_path):
         return proc.wait()
 
 
-def main(argv=None):
+def write_json(path, data):
+    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
+
+
+def main(argv=None, clock=time.monotonic):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--machine", required=True)
     ap.add_argument("--base", required=True)
@@ -141,58 +312,93 @@ def main(argv=None):
     ap.add_argument(
         "--stage1-compare", type=Path, help="stage 1's `asv compare` of every point (for the table)"
     )
-    ap.add_argument("--rounds", type=int, required=True, help="more processes per side")
+    ap.add_argument("--rounds", type=int, required=True, help="more processes per side; 0: off")
     ap.add_argument("--suspect", type=float, required=True, help="ratio that makes a suspect")
     ap.add_argument("--factor", type=float, required=True, help="stage 2's asv --factor")
-    ap.add_argument("--max", type=int, default=8, help="most suspects re-run")
+    ap.add_argument(
+        "--sure", type=float, default=SURE_RATIO,
+        help="ratio of a stage-1 flag beyond doubt (with disjoint intervals)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--batch", "--max", dest="batch", type=int, default=BATCH,
+        help="most suspects re-run in one asv run (all are re-run, batch by batch)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--time-cap", type=float, default=TIME_CAP_S,
+        help="seconds of re-runs; suspects left past it are listed, unjudged",
+    )  # fmt: skip
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--asv", default="asv", help="the asv command (shell words)")
     ap.add_argument("--config", default=None, help="asv --config")
     ap.add_argument("--results", type=Path, default=Path("results"))
     ap.add_argument("--run-args", default="", help="more `asv run` arguments (shell words)")
     args = ap.parse_args(argv)
-    if args.rounds < 1 or args.max < 1:
-        ap.error("--rounds and --max must be >= 1")
+    if args.rounds < 0 or args.batch < 1 or args.time_cap < 0:
+        ap.error("--rounds and --time-cap must be >= 0, --batch >= 1")
     if args.suspect > args.factor:
         ap.error("--suspect must not exceed --factor (a point inside it could then be flagged "
                  "from stage 1's samples alone)")  # fmt: skip
+    if args.sure < args.factor:
+        ap.error("--sure must not be below --factor")
     args.out.mkdir(parents=True, exist_ok=True)
 
     stage1 = parse(args.continuous_log.read_text())
     slower, failed = flagged(stage1)
     code1 = 2 if failed else args.continuous_code
-    base = stored_values(args.results, args.machine, args.base)
-    head = stored_values(args.results, args.machine, args.head)
-    suspects, left_out = pick_suspects(base, head, slower, args.suspect, args.max)
-    chosen = {"suspects": suspects, "left_out": left_out, "stage1_slower": slower}
-    chosen["stage1_ratios"] = ratios_of(base, head)
-    (args.out / "suspects.json").write_text(json.dumps(chosen, indent=1))
-    rows = []
-    if code1 != 2 and suspects:
-        asv = shlex.split(args.asv)
-        conf = ["--config", args.config] if args.config else []
-        hashes = args.out / "confirm-hashes.txt"
-        hashes.write_text(f"{args.base}\n{args.head}\n")
+    base = stored_points(args.results, args.machine, args.base)
+    head = stored_points(args.results, args.machine, args.head)
+    oom_log = na_reasons.load_oom(na_reasons.log_path(args.results, args.machine))
+    lost = lost_numbers(base, head, oom_log, args.head)
+    no_number = head_has_no_number(head)
+    plan = plan_stage2(base, head, slower, args.suspect, args.sure, rerun=args.rounds > 0)
+    if code1 == 2:
+        plan.suspects = []  # a failure is final: nothing is re-run
+    chosen = {
+        "suspects": plan.suspects, "planned": plan.suspects, "sure": plan.sure,
+        "left_out": plan.kept, "stage1_slower": slower, "stage1_ratios": plan.ratios,
+    }  # fmt: skip
+    write_json(args.out / "suspects.json", chosen)
+
+    asv = shlex.split(args.asv)
+    conf = ["--config", args.config] if args.config else []
+    hashes = args.out / "confirm-hashes.txt"
+    run_log = args.out / "confirm-run.log"
+
+    def run_batch(names):
+        write_text_atomic(hashes, f"{args.base}\n{args.head}\n")
         run = [
             *asv, "run", *conf, "--machine", args.machine, "--append-samples",
             "-a", f"rounds={args.rounds}", "--interleave-rounds", "--show-stderr",
-            "-b", bench_regex(suspects), *shlex.split(args.run_args), f"HASHFILE:{hashes}",
+            "-b", bench_regex(names), *shlex.split(args.run_args), f"HASHFILE:{hashes}",
         ]  # fmt: skip
-        run_asv(run, args.out / "confirm-run.log")
+        run_asv(run, run_log, mode="a")
+
+    judged, unjudged, spent = retime(plan.suspects, args.batch, args.time_cap, run_batch, clock)
+    rows = []
+    if judged:
         compare = [
             *asv, "compare", *conf, "--machine", args.machine, "--factor", str(args.factor),
             args.base, args.head,
         ]  # fmt: skip
         res = subprocess.run(compare, capture_output=True, text=True)
-        (args.out / "confirm-compare.txt").write_text(res.stdout)
+        write_text_atomic(args.out / "confirm-compare.txt", res.stdout)
         rows = parse(res.stdout)
-        shown = parse(args.stage1_compare.read_text()) if args.stage1_compare else stage1
-        (args.out / "final-compare.txt").write_text(merged_table(shown, rows, set(suspects)))
-    code, reason = decide(code1, suspects, left_out, slower, rows)
-    verdict = {"exit_code": code, "reason": reason, "stage1_code": code1, "suspects": suspects}
-    (args.out / "confirm.json").write_text(json.dumps(verdict, indent=1) + "\n")
-    print(f"confirm: exit {code}: {reason}")
-    return code
+    shown = parse(args.stage1_compare.read_text()) if args.stage1_compare else stage1
+    write_text_atomic(args.out / "final-compare.txt", merged_table(shown, rows, set(judged)))
+    v = decide(code1, plan, judged, unjudged, slower, rows, lost, no_number)
+    chosen.update(suspects=judged, unjudged=unjudged, left_out=unjudged + plan.kept)
+    write_json(args.out / "suspects.json", chosen)
+    verdict = {
+        "exit_code": v.code, "reason": v.reason, "stage1_code": code1, "suspects": judged,
+        "sure": plan.sure, "confirmed": v.confirmed, "cleared": v.cleared, "kept": plan.kept,
+        "unjudged_slower": v.unjudged_slower, "unjudged_faster": v.unjudged_faster,
+        "lost": [{"name": n, "reason": r.value, "label": r.label, "base": b} for n, r, b in lost],
+        "head_has_no_number": no_number, "time_cap_s": args.time_cap,
+        "stage2_s": round(spent, 1),
+    }  # fmt: skip
+    write_json(args.out / "confirm.json", verdict)
+    print(f"confirm: exit {v.code}: {v.reason}")
+    return v.code
 
 
 if __name__ == "__main__":

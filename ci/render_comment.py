@@ -35,6 +35,7 @@ from pathlib import Path
 
 if __package__ in (None, ""):  # run as a file: the repo root holds the `ci` package
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ci.fileio import write_text_atomic  # noqa: E402
 from ci.na_reasons import compare_note  # noqa: E402
 
 MARKER = "<!-- attnbench-gpu-gate -->"
@@ -70,12 +71,13 @@ class Row:
 
     @property
     def kind(self) -> str:
-        """`vram` for memory (`*mem*`, `*vram*`), `time` for `time_*` and `track_time*`."""
+        """`time` for `time_*` and every `track_time*` (whatever follows: `_cold`, `_eager`,
+        `_host`, ...), `vram` for other memory figures (`*mem*`, `*vram*`), else `other`."""
         method = self.method.lower()
-        if "mem" in method or "vram" in method:
-            return "vram"
         if method.startswith(("time_", "track_time")):
             return "time"
+        if "mem" in method or "vram" in method:
+            return "vram"
         return "other"
 
     def cells(self) -> list[str]:
@@ -106,15 +108,30 @@ def table(rows: list[Row], before: str, after: str) -> str:
     return "\n".join(lines)
 
 
-def verdict(exit_code: int | None, counts: dict[str, int]) -> str:
-    """The headline: the gate's own exit code decides, the counts explain."""
+def verdict(exit_code: int | None, counts: dict[str, int], confirm: dict | None = None) -> str:
+    """The headline: the gate's own exit code decides, the counts and the second stage's
+    verdict (confirm.json) say why."""
+    confirm = confirm or {}
     if exit_code == 2 or (exit_code is None and counts["failed"]):
         return ":x: **Benchmark failures** (asv exit 2): the gate fails."
     if exit_code == 1 or (exit_code is None and counts["slower"]):
+        if confirm.get("head_has_no_number"):
+            return (":x: **No numbers at the head**: every point is n/a (a GPU that does not "
+                    "work, or a build that broke every benchmark): the gate fails.")  # fmt: skip
+        slow = counts["slower"] or confirm.get("confirmed") or confirm.get("sure")
+        if confirm.get("lost") and not slow:
+            return ":x: **Numbers lost**: points the base measured have none at the head."
+        if confirm.get("unjudged_slower") and not slow:
+            return ":x: **Suspects not judged** within the time cap: the gate fails."
         return ":x: **Significant slowdown** (asv exit 1): the gate fails."
     if exit_code not in (0, None):
         return f":x: **The benchmark run failed** (exit {exit_code}): see the job log."
     return ":white_check_mark: **No significant regression.**"
+
+
+def names_list(names: list[str]) -> str:
+    """Point names as a markdown list, every one of them."""
+    return "\n".join(f"- `{n}`" for n in names)
 
 
 def render_section(
@@ -125,19 +142,23 @@ def render_section(
     factor: str,
     exit_code: int | None = None,
     confirm: dict | None = None,
+    details: bool = True,
 ) -> str:
     """The comment's part for one GPU type: verdict, summary, regression and kind tables.
 
     confirm: the gate's second stage (`ci.confirm`'s confirm.json), when it ran: which
     points it re-timed and why the verdict is what it is, so a stage-1 flag that is gone,
-    or a point flagged below the first factor, is explained."""
+    or a point flagged below the first factor, is explained; the points whose number the
+    head lost (with the reason, ci/na_reasons.py's words) and the suspects the time cap
+    left unjudged, every one. details False leaves out the per-kind tables of every point
+    (for a comment that would be too long); the regressions are always listed whole."""
     rows = parse(text)
     counts = {label: sum(r.mark == m for r in rows) for m, label in MARKS.items()}
     summary = ", ".join(f"{n} {label}" for label, n in counts.items() if n) or "no benchmarks"
     out = [
         f"### GPU benchmark gate on `{machine}`: `{base}` → `{head}`",
         "",
-        verdict(exit_code, counts),
+        verdict(exit_code, counts, confirm),
         "",
         f"{summary} (factor {factor}; `+` slower, `-` faster, `!` newly failing, "
         "`*` fixed, `x` version changed, `~` beyond the factor but not significant).",
@@ -150,12 +171,37 @@ def render_section(
         names = ", ".join(f"`{n}`" for n in suspects)
         what = f"re-timed {len(suspects)} point(s) ({names})" if suspects else "re-timed nothing"
         out += ["", f"Second stage: {what}; {confirm.get('reason', 'no reason recorded')}."]
+        sure = confirm.get("sure") or []
+        if sure:
+            out += ["", f"Flagged beyond doubt by stage 1 (ratio and disjoint intervals), not "
+                        f"re-run: {len(sure)} point(s), in the table below."]  # fmt: skip
+    lost = (confirm or {}).get("lost") or []
+    if lost:
+        lines = ["| Benchmark (parameters) | Before | After |", "|---|---|---|"]
+        lines += [f"| `{d['name']}` | {d.get('base', '')} | n/a: {d['label']} |" for d in lost]
+        out += ["", f"#### Numbers lost: {len(lost)} point(s) measured at `{base}`, none at "
+                    f"`{head}`", "", "\n".join(lines)]  # fmt: skip
+    unjudged = (confirm or {}).get("unjudged_slower") or []
+    if unjudged:
+        cap = (confirm or {}).get("time_cap_s")
+        out += ["", f"#### Not judged: {len(unjudged)} slower suspect(s) left when the "
+                    f"second stage reached its time cap ({cap} s); the gate fails", "",
+                names_list(unjudged)]  # fmt: skip
+    faster = (confirm or {}).get("unjudged_faster") or []
+    if faster:
+        out += ["", f"Not judged either (faster at stage 1, no regression): {len(faster)} "
+                    "point(s).", "", names_list(faster)]  # fmt: skip
     notable = [r for r in rows if r.mark in ("+", "!")]
     if notable:
-        out += ["", "#### Regressions and failures", "", table(notable, base, head)]
+        out += ["", f"#### Regressions and failures: {len(notable)} point(s)", "",
+                table(notable, base, head)]  # fmt: skip
     better = [r for r in rows if r.mark in ("-", "*")]
     if better:
         out += ["", "#### Improvements", "", table(better, base, head)]
+    if not details:
+        out += ["", "*(the tables of every point are left out here for length: see the "
+                    "artifact's compare.txt)*"]  # fmt: skip
+        return "\n".join(out)
     for kind, title in (("time", "Time"), ("vram", "Peak VRAM"), ("other", "Other")):
         group = [r for r in rows if r.kind == kind]
         if group:
@@ -184,27 +230,36 @@ def write_meta(out_dir: Path, **meta) -> Path:
     """Store the gate's parameters beside its compare output (the artifact's meta.json)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / META
-    path.write_text(json.dumps(meta, indent=2) + "\n")
+    write_text_atomic(path, json.dumps(meta, indent=2) + "\n")
     return path
 
 
 def render_dirs(dirs: list[Path], run_url: str | None = None) -> str:
     """Render gate artifact directories (each: compare.txt + meta.json, and confirm.json
-    when the second stage ran), sorted by machine."""
+    when the second stage ran), sorted by machine. When the whole comment would be too
+    long, the per-kind tables of every point go first; the regressions, the lost numbers
+    and the unjudged suspects stay."""
     loaded = [(json.loads((d / META).read_text()), d) for d in dirs]
-    sections = [
-        render_section(
-            (d / COMPARE).read_text() if (d / COMPARE).exists() else "",
-            meta["base"],
-            meta["head"],
-            meta["machine"],
-            meta["factor"],
-            meta.get("exit_code"),
-            json.loads((d / CONFIRM).read_text()) if (d / CONFIRM).exists() else None,
-        )
-        for meta, d in sorted(loaded, key=lambda item: item[0]["machine"])
-    ]
-    return render(sections, run_url)
+
+    def sections(details):
+        return [
+            render_section(
+                (d / COMPARE).read_text() if (d / COMPARE).exists() else "",
+                meta["base"],
+                meta["head"],
+                meta["machine"],
+                meta["factor"],
+                meta.get("exit_code"),
+                json.loads((d / CONFIRM).read_text()) if (d / CONFIRM).exists() else None,
+                details=details,
+            )
+            for meta, d in sorted(loaded, key=lambda item: item[0]["machine"])
+        ]
+
+    full = sections(True)
+    if len("\n\n".join([MARKER, *full])) > MAX_CHARS:
+        full = sections(False)
+    return render(full, run_url)
 
 
 def main(argv: list[str] | None = None) -> int:

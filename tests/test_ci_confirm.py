@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ci import confirm  # noqa: E402
+from ci import confirm, na_reasons  # noqa: E402
+from ci.asv_results import Point  # noqa: E402
 from ci.render_comment import Row, parse  # noqa: E402
 
 P = "kda.KdaVerify.track_time{}({}, 'fused', 'safe', 'H8-HV8')"
@@ -23,21 +24,112 @@ def table(*rows):
     return head + rule + body
 
 
-def test_pick_suspects_flagged_first_then_by_distance_both_ways():
-    base = {A: 1.0, B: 1.0, C: 1.0, D: 1.0}
-    head = {A: 1.004, B: 0.990, C: 1.007, D: 1.02}
-    # D was flagged by stage 1; B (-1%) is farther from 1 than C (+0.7%); A is inside.
-    assert confirm.pick_suspects(base, head, [D], 1.005, 4) == ([D, B, C], [])
-    assert confirm.pick_suspects(base, head, [D], 1.005, 2) == ([D, B], [C])
-    assert confirm.pick_suspects(base, head, [], 1.008, 4) == ([D, B], [])
-    assert confirm.pick_suspects(base, base, [], 1.0, 4) == ([A, B, C, D], [])  # every point
-    # Peak VRAM is not noisy: never a suspect; stage 1's flag on it stands (left out).
+def pts(values, spread=0.001):
+    """{name: Point} with these medians and a 99% interval of +-spread (relative)."""
+    out = {}
+    for name, v in values.items():
+        ci = (v * (1 - spread), v * (1 + spread)) if na_reasons.is_measured(v) else None
+        out[name] = Point(name, name.split("(")[0], (), v, ci)
+    return out
+
+
+def test_plan_flagged_first_then_by_distance_both_ways():
+    base = pts({A: 1.0, B: 1.0, C: 1.0, D: 1.0})
+    head = pts({A: 1.004, B: 0.990, C: 1.007, D: 1.02})
+    # D was flagged by stage 1 (1.02 < 1.03: not beyond doubt); then the slower side (C),
+    # then the faster (B); A is inside the suspect factor.
+    plan = confirm.plan_stage2(base, head, [D], 1.005)
+    assert plan.suspects == [D, C, B] and plan.sure == [] and plan.kept == []
+    assert confirm.plan_stage2(base, head, [], 1.008).suspects == [D, B]
+    assert confirm.plan_stage2(base, base, [], 1.0).suspects == [A, B, C, D]  # every point
+    # Peak VRAM is not noisy: never a suspect; stage 1's flag on it stands (kept).
     vram = "nsa.NsaBackward.track_peak_vram_bytes(4096, 'triton', 'seed', 'random')"
-    base2, head2 = {**base, vram: 100.0}, {**head, vram: 101.0}
-    assert confirm.pick_suspects(base2, head2, [vram, D], 1.005, 4) == ([D, B, C], [vram])
-    assert confirm.pick_suspects(base2, head2, [], 1.005, 4) == ([D, B, C], [])
+    base2, head2 = {**base, **pts({vram: 100.0})}, {**head, **pts({vram: 101.0})}
+    plan = confirm.plan_stage2(base2, head2, [vram, D], 1.005)
+    assert plan.suspects == [D, C, B] and plan.kept == [vram]
+    assert confirm.plan_stage2(base2, head2, [], 1.005).suspects == [D, C, B]
+    # stage 2 off: every stage-1 flag is kept, nothing is a suspect
+    off = confirm.plan_stage2(base2, head2, [vram, D], 1.005, rerun=False)
+    assert off.suspects == [] and off.kept == [vram, D]
     with pytest.raises(ValueError, match="--suspect"):
-        confirm.pick_suspects(base, head, [], 0.99, 4)
+        confirm.plan_stage2(base, head, [], 0.99)
+
+
+def test_flags_beyond_doubt_are_kept_the_doubtful_re_run():
+    """A stage-1 flag at >= 1.03 with disjoint 99% intervals stands without a re-run; one
+    at >= 1.03 whose intervals overlap, or one below 1.03, is a suspect (the most likely
+    first), and so is a point no flag marked that lies beyond the suspect factor."""
+    base = pts({A: 1.0, B: 1.0, C: 1.0, D: 1.0})
+    head = {**pts({A: 1.05, C: 1.016, D: 1.008}), **pts({B: 1.04}, spread=0.05)}
+    plan = confirm.plan_stage2(base, head, [A, B, C], 1.005)
+    assert plan.sure == [A]
+    assert plan.suspects == [B, C, D]
+    assert confirm.plan_stage2(base, head, [A, B, C], 1.005, sure=1.06).sure == []
+    # no interval stored: never beyond doubt
+    bare = {n: Point(n, n, (), p.value, None) for n, p in head.items()}
+    assert confirm.plan_stage2(base, bare, [A], 1.005).sure == []
+
+
+@pytest.mark.parametrize(
+    "method",
+    ["track_time", "track_time_cold", "track_time_eager", "track_time_host",
+     "track_time_memcpy", "time_forward"],
+)  # fmt: skip
+def test_every_track_time_figure_is_a_timing(method):
+    assert confirm.is_timing(f"nsa.NsaForward.{method}(4096, 'triton')")
+
+
+@pytest.mark.parametrize(
+    "method", ["track_peak_vram_bytes", "peakmem_forward", "track_tflops", "track_tokens_per_s"]
+)
+def test_other_figures_are_not_timings(method):
+    assert not confirm.is_timing(f"nsa.NsaForward.{method}(4096, 'triton')")
+
+
+def test_retime_judges_every_suspect_in_batches_within_the_cap():
+    names = [f"p{i}" for i in range(20)]
+    clock = {"t": 0.0}
+    batches = []
+
+    def run_batch(chunk, per_point=10.0):
+        batches.append(list(chunk))
+        clock["t"] += per_point * len(chunk)
+
+    def tick():
+        return clock["t"]
+
+    judged, left, spent = confirm.retime(names, 8, 1000.0, run_batch, tick)
+    assert judged == names and left == [] and [len(b) for b in batches] == [8, 8, 4]
+    assert spent == 200.0
+    # A cap of 150 s at 10 s a point: a first batch of 8, then the 7 that fit in the 70 s
+    # left; the 5 that remain are returned, unjudged, never dropped.
+    batches.clear()
+    clock["t"] = 0.0
+    judged, left, spent = confirm.retime(names, 8, 150.0, run_batch, tick)
+    assert [len(b) for b in batches] == [8, 7] and spent == 150.0
+    assert judged == names[:15] and left == names[15:]
+    # a cap of 0: nothing is re-run, everything is unjudged
+    batches.clear()
+    assert confirm.retime(names, 8, 0.0, run_batch, tick)[:2] == ([], names)
+    assert batches == []
+    with pytest.raises(ValueError, match="batch"):
+        confirm.retime(names, 0, 10.0, run_batch, tick)
+
+
+def test_lost_numbers_and_a_head_without_numbers():
+    nan = float("nan")
+    base = pts({A: 1.0, B: 1.0, C: 1.0, D: 1.0, "x.X.track_time": nan})
+    head = pts({A: 1.0, B: nan, C: None})  # D absent: not run
+    oom = {("h" * 40, B.split("(")[0], ())}
+    lost = confirm.lost_numbers(base, head, oom, "h" * 40)
+    got = {n: r for n, r, _ in lost}
+    assert got == {B: na_reasons.NaReason.OUT_OF_MEMORY, C: na_reasons.NaReason.FAILED,
+                   D: na_reasons.NaReason.NOT_RUN}  # fmt: skip
+    lost = confirm.lost_numbers(base, head, set(), "h" * 40)
+    assert {n: r for n, r, _ in lost}[B] == na_reasons.NaReason.SKIPPED
+    assert not confirm.head_has_no_number(head)
+    assert confirm.head_has_no_number(pts({A: nan, B: None}))
+    assert confirm.head_has_no_number({})
 
 
 def test_bench_regex_selects_exactly_the_points():
@@ -48,24 +140,48 @@ def test_bench_regex_selects_exactly_the_points():
     assert not rx.search(A.replace("(1,", "(11,"))
 
 
+R = {A: 1.02, B: 1.008, C: 0.99, D: 1.04}  # stage-1 ratios of the decide cases
+
+
 @pytest.mark.parametrize(
-    "stage1,suspects,left_out,slower,rows,want",
+    "stage1,judged,unjudged,slower,rows,want",
     [
-        (2, [A], [], [], [], 2),  # a failure in stage 1 is final
+        (2, [], [], [], [], 2),  # a failure in stage 1 is final
         (0, [], [], [], [], 0),  # nothing to confirm
         (1, [A], [], [A], [("", "1.01", A)], 0),  # stage 1's flag cleared
         (1, [A], [], [A], [("+", "1.02", A)], 1),  # confirmed
         (0, [B], [], [], [("+", "1.008", B)], 1),  # a 0.8% slowdown stage 1 missed
-        (0, [B], [], [], [("-", "0.99", B)], 0),  # faster is not a regression
-        (1, [A], [D], [A, D], [("", "1.00", A)], 1),  # a flag beyond --max stands
+        (0, [C], [], [], [("-", "0.99", C)], 0),  # faster is not a regression
         (0, [B], [], [], [("!", "failed", B)], 2),
         (0, [B], [], [], [], 2),  # the suspect vanished from the compare: not a pass
+        (0, [C], [B], [], [("", "1.0", C)], 1),  # a slower suspect the cap left: fails
+        (1, [B], [A], [A], [("", "1.0", B)], 1),  # a stage-1 flag the cap left: fails
+        (0, [B], [C], [], [("", "1.0", B)], 0),  # only a faster one left: no regression
+        (1, [], [], [], [], 1),  # stage 1's exit 1 with no row parsed stands
     ],
 )
-def test_decide(stage1, suspects, left_out, slower, rows, want):
+def test_decide(stage1, judged, unjudged, slower, rows, want):
     parsed = [Row(m, "1", "2", r, n) for m, r, n in rows]
-    code, reason = confirm.decide(stage1, suspects, left_out, slower, parsed)
-    assert code == want, reason
+    plan = confirm.Plan(suspects=judged + unjudged, ratios=R)
+    v = confirm.decide(stage1, plan, judged, unjudged, slower, parsed)
+    assert v.code == want, v.reason
+    if unjudged and want == 1:
+        assert v.unjudged_slower == unjudged and "not judged within the time cap" in v.reason
+
+
+def test_decide_sure_kept_lost_and_no_number_fail():
+    plan = confirm.Plan(sure=[D], ratios=R)
+    v = confirm.decide(1, plan, [], [], [D], [])
+    assert v.code == 1 and "1 stage-1 flag(s) beyond doubt" in v.reason
+    v = confirm.decide(0, confirm.Plan(kept=["x.X.track_peak_vram_bytes"]), [], [], [], [])
+    assert v.code == 1 and "not re-run, kept" in v.reason
+    lost = [(A, na_reasons.NaReason.OUT_OF_MEMORY, 1.0), (B, na_reasons.NaReason.SKIPPED, 2.0)]
+    v = confirm.decide(0, confirm.Plan(), [], [], [], [], lost=lost)
+    assert v.code == 1
+    assert "2 point(s) the base measured have no number at the head" in v.reason
+    assert "out of memory: 1" in v.reason and "skipped by choice: 1" in v.reason
+    v = confirm.decide(0, confirm.Plan(), [], [], [], [], no_number=True)
+    assert v.code == 1 and "every point n/a" in v.reason
 
 
 FAKE_ASV = """\
@@ -78,25 +194,30 @@ if args[0] == "compare":
 """
 
 
-def run_main(tmp_path, monkeypatch, stage1_rows, code, base, head, compare_rows, **kw):
-    """main() with stored medians `base`/`head` and a stand-in asv that logs its calls and
-    prints `compare_rows` as its compare output."""
+def run_main(tmp_path, monkeypatch, stage1_rows, code, base, head, compare_rows, *extra, **kw):
+    """main() with stored medians `base`/`head` ({name: value}, or Points) and a stand-in
+    asv that logs its calls and prints `compare_rows` as its compare output."""
     fake = tmp_path / "fake_asv.py"
     fake.write_text(FAKE_ASV)
     calls, canned = tmp_path / "calls.txt", tmp_path / "compare.txt"
     canned.write_text(table(*compare_rows))
     cont = tmp_path / "continuous.log"
     cont.write_text(table(*stage1_rows))
-    stored = {"BASE": base, "HEAD": head}
-    monkeypatch.setattr(confirm, "stored_values", lambda res, machine, commit: stored[commit])
+
+    def as_points(d):
+        return {n: v if isinstance(v, Point) else pts({n: v})[n] for n, v in d.items()}
+
+    b_id, h_id = kw.get("ids", ("BASE", "HEAD"))
+    stored = {b_id: as_points(base), h_id: as_points(head)}
+    monkeypatch.setattr(confirm, "stored_points", lambda res, machine, commit: stored[commit])
     out = tmp_path / "gate"
     argv = [
-        "--machine", "h200", "--base", "BASE", "--head", "HEAD", "--continuous-log", str(cont),
+        "--machine", "h200", "--base", b_id, "--head", h_id, "--continuous-log", str(cont),
         "--continuous-code", str(code), "--rounds", str(kw.get("rounds", 20)), "--suspect",
-        "1.005", "--factor", "1.006", "--max", "4", "--out", str(out),
-        "--asv", f"{sys.executable} {fake} {calls} {canned}",
+        "1.005", "--factor", "1.006", "--max", "4", "--out", str(out), "--results",
+        str(tmp_path / "results"), "--asv", f"{sys.executable} {fake} {calls} {canned}", *extra,
     ]  # fmt: skip
-    rc = confirm.main(argv)
+    rc = confirm.main(argv, **({"clock": kw["clock"]} if "clock" in kw else {}))
     lines = calls.read_text().splitlines() if calls.exists() else []
     return rc, [json.loads(ln) for ln in lines], out
 
@@ -122,10 +243,95 @@ def test_main_reruns_only_the_suspects_then_decides(tmp_path, monkeypatch):
     assert [(r.mark, r.ratio, r.name) for r in final] == [("", "1.004", A), ("+", "1.008", C)]
     verdict = json.loads((out / "confirm.json").read_text())
     assert verdict["exit_code"] == 1 and verdict["suspects"] == [A, C]
+    assert verdict["confirmed"] == [C] and verdict["cleared"] == [A]
     chosen = json.loads((out / "suspects.json").read_text())
     assert chosen["stage1_slower"] == [A]
     # stage 1's ratios, read before any re-run appended samples (the study records them)
     assert chosen["stage1_ratios"] == pytest.approx({A: 1.02, B: 1.001, C: 1.008})
+
+
+def test_main_judges_more_suspects_than_a_batch(tmp_path, monkeypatch):
+    """A change that moves many points at once: ten suspects, batches of 4 (--max), every
+    one re-run and judged; the comment's lists name each one judged slower."""
+    names = [P.format("", i) for i in range(10)]
+    base = dict.fromkeys(names, 1.0)
+    head = {n: 1.008 + 0.001 * i for i, n in enumerate(names)}
+    rows = [("+", f"{head[n]:.3f}", n) for n in names]
+    rc, calls, out = run_main(tmp_path, monkeypatch, [], 0, base, head, rows)
+    runs = [c for c in calls if c[0] == "run"]
+    assert len(runs) == 3  # 4 + 4 + 2
+    picked = [[n for n in names if re.search(c[c.index("-b") + 1], n)] for c in runs]
+    assert sorted(sum(picked, [])) == sorted(names) and [len(b) for b in picked] == [4, 4, 2]
+    verdict = json.loads((out / "confirm.json").read_text())
+    assert rc == 1 and sorted(verdict["confirmed"]) == sorted(names)
+    assert verdict["unjudged_slower"] == []
+
+
+def test_main_lists_unjudged_suspects_past_the_cap_and_fails(tmp_path, monkeypatch):
+    names = [P.format("", i) for i in range(6)]
+    base = dict.fromkeys(names, 1.0)
+    head = dict.fromkeys(names, 1.008)
+    t = {"now": 0.0}
+
+    def clock():
+        t["now"] += 30.0  # every look at the clock: 30 s later
+        return t["now"]
+
+    rows = [("", "1.001", n) for n in names]
+    rc, calls, out = run_main(tmp_path, monkeypatch, [], 0, base, head, rows, "--time-cap",
+                              "100", clock=clock)  # fmt: skip
+    verdict = json.loads((out / "confirm.json").read_text())
+    judged, left = verdict["suspects"], verdict["unjudged_slower"]
+    assert rc == 1 and left and judged and sorted(judged + left) == sorted(names)
+    assert "not judged within the time cap" in verdict["reason"]
+    assert json.loads((out / "suspects.json").read_text())["unjudged"] == left
+    # the unjudged keep stage 1's rows in the table (never stage 2's, at its lower factor)
+    assert {r.name for r in parse((out / "final-compare.txt").read_text())} <= set(names)
+
+
+def test_main_fails_on_lost_numbers_with_their_reason(tmp_path, monkeypatch):
+    nan = float("nan")
+    base = {A: 1.0, B: 1.0, C: 1.0}
+    head = {A: 1.0, B: nan}  # C: not run at the head
+    log = na_reasons.log_path(tmp_path / "results", "h200")
+    na_reasons.record_oom(log, "f" * 40, B.split("(")[0], [])
+    rc, calls, out = run_main(
+        tmp_path, monkeypatch, [], 0, base, head, [], ids=("e" * 40, "f" * 40)
+    )
+    verdict = json.loads((out / "confirm.json").read_text())
+    assert rc == 1 and calls == []
+    assert {d["name"]: d["label"] for d in verdict["lost"]} == {B: "out of memory", C: "not run"}
+
+
+def test_main_fails_a_head_without_numbers(tmp_path, monkeypatch):
+    nan = float("nan")
+    rc, calls, out = run_main(tmp_path, monkeypatch, [], 0, {A: nan}, {A: nan}, [])
+    verdict = json.loads((out / "confirm.json").read_text())
+    assert rc == 1 and verdict["head_has_no_number"] and calls == []
+    rc, _, _ = run_main(tmp_path, monkeypatch, [], 0, {}, {}, [])
+    assert rc == 1
+
+
+def test_main_keeps_flags_beyond_doubt_without_a_re_run(tmp_path, monkeypatch):
+    base = {A: 1.0, B: 1.0}
+    head = {A: 1.10, B: 1.02}
+    rc, calls, out = run_main(tmp_path, monkeypatch, [("+", "1.10", A), ("+", "1.02", B)], 1,
+                              base, head, [("", "1.001", B), ("+", "1.10", A)])  # fmt: skip
+    runs = [c for c in calls if c[0] == "run"]
+    assert len(runs) == 1 and not re.search(runs[0][runs[0].index("-b") + 1], A)
+    verdict = json.loads((out / "confirm.json").read_text())
+    assert rc == 1 and verdict["sure"] == [A] and verdict["cleared"] == [B]
+    final = {r.name: r.mark for r in parse((out / "final-compare.txt").read_text())}
+    assert final == {A: "+", B: ""}
+
+
+def test_main_with_stage_2_off_keeps_stage_1_flags(tmp_path, monkeypatch):
+    base, head = {A: 1.0, B: 1.0}, {A: 1.02, B: 1.008}
+    rc, calls, _ = run_main(tmp_path, monkeypatch, [("+", "1.02", A)], 1, base, head, [],
+                            rounds=0)  # fmt: skip
+    assert rc == 1 and calls == []
+    rc, calls, _ = run_main(tmp_path, monkeypatch, [], 0, base, head, [], rounds=0)
+    assert rc == 0 and calls == []
 
 
 def test_merged_table_takes_the_suspects_rows_from_stage_2():

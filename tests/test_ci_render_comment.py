@@ -148,3 +148,51 @@ def test_value_less_cells_are_explained():
     assert "Cells without a value" not in render_comment.render_section(
         plain, "main", "head", "h200", "1.015", 0
     )
+
+
+def confirm_dir(tmp_path, code, verdict, text=None):
+    d = gate_dir(tmp_path / "g", "h200", code, SAMPLE.read_text() if text is None else text)
+    (d / render_comment.CONFIRM).write_text(json.dumps({"reason": "r", "suspects": [], **verdict}))
+    return d
+
+
+def test_lost_numbers_are_listed_with_their_reason(tmp_path):
+    lost = [{"name": "nsa.NsaForward.track_time(4096)", "reason": "out-of-memory",
+             "label": "out of memory", "base": 0.002},
+            {"name": "kda.KdaVerify.track_time(1)", "reason": "not-run", "label": "not run",
+             "base": 1e-5}]  # fmt: skip
+    clean = "BENCHMARKS NOT SIGNIFICANTLY CHANGED.\n"
+    body = render_comment.render_dirs([confirm_dir(tmp_path, 1, {"lost": lost}, clean)])
+    assert "Numbers lost" in body.split("\n")[4]  # the headline
+    part = section(body, "#### Numbers lost: 2 point(s)")
+    assert "`nsa.NsaForward.track_time(4096)` | 0.002 | n/a: out of memory |" in part
+    assert "`kda.KdaVerify.track_time(1)` | 1e-05 | n/a: not run |" in part
+
+
+def test_a_head_without_numbers_and_unjudged_suspects(tmp_path):
+    d = confirm_dir(tmp_path, 1, {"head_has_no_number": True}, "")
+    assert "No numbers at the head" in render_comment.render_dirs([d])
+    names = [f"nsa.NsaForward.track_time({i})" for i in range(3)]
+    verdict = {"unjudged_slower": names, "unjudged_faster": ["kda.K.track_time(1)"],
+               "time_cap_s": 1800.0}  # fmt: skip
+    clean = "BENCHMARKS NOT SIGNIFICANTLY CHANGED.\n"
+    body = render_comment.render_dirs([confirm_dir(tmp_path / "u", 1, verdict, clean)])
+    assert "Suspects not judged" in body
+    part = section(body, "#### Not judged: 3 slower suspect(s)")
+    assert "(1800.0 s)" in part and all(f"- `{n}`" in part for n in names)
+    assert "faster at stage 1, no regression): 1 point(s)" in body
+
+
+def test_every_regression_is_reported_even_when_the_comment_is_long(tmp_path):
+    """Hundreds of slower points and thousands of unchanged ones: the per-kind tables go,
+    every slower row stays, whole."""
+    slow = "| + | 1.00±0.01ms | 1.05±0.01ms | 1.05 | nsa.NsaForward.track_time({}) |\n"
+    same = "|   | 1.00±0.01ms | 1.00±0.01ms | 1.00 | kda.KdaVerify.track_time({}) |\n"
+    text = "".join(slow.format(i) for i in range(250)) + "".join(
+        same.format(i) for i in range(3000)
+    )
+    body = render_comment.render_dirs([confirm_dir(tmp_path, 1, {}, text)])
+    assert len(body) < 65536 and "truncated" not in body
+    assert "#### Regressions and failures: 250 point(s)" in body
+    assert all(f"track_time({i})` |" in body for i in range(250))
+    assert "tables of every point are left out" in body and "<details>" not in body
