@@ -34,15 +34,16 @@ shape).
 
 Masked keys take no part in another row's gradient, whatever their values (the spec's sums
 run over visible keys only). Products run over whole blocks, where a key hidden from a row
-has P = dS = 0, and 0 * NaN = NaN, so each contraction is guarded where it can meet one:
-* dS = P (dp - delta) is selected, not multiplied, on the visible keys (dp from a NaN v, or
-  the NaN delta of a row that sees a poisoned key, stays out of keys the row cannot see);
-* dq = dS k sums over keys: keys after the tile's last token (and past T) are loaded as 0;
-  rows whose token did not select the block keep their accumulator (a select); a block
-  holding keys between the tile's first and last token (seen by some rows only) has its
-  product recomputed with non-finite k entries as 0 when it comes out non-finite on a row
-  that selected it. Clean inputs pay the check only;
-* dk = dS^T q and dv = P^T do sum over query rows: the select on dS and P covers them.
+has P = dS = 0, and 0 * NaN = NaN:
+* dq kernel: keys after the tile's last token (and past T) are loaded as 0. A non-finite v
+  at a key hidden from a row makes the row's dS = 0 * (NaN - delta) there, and a
+  non-finite k anywhere in the block makes dS k (a sum over the block's keys) NaN on every
+  row. When the plain pass leaves a non-finite dq on a row of the tile, the tile runs
+  again with dS selected on the visible keys and k's non-finite entries as 0 (SAFE);
+  clean inputs pay one check per tile.
+* dk/dv kernel: dk = dS^T q and dv = P^T do sum over query rows; P is selected on the
+  visible keys, and a non-finite delta (a row that sees a non-finite key or value) enters
+  as 0, so such a row cannot reach, through dS = 0 * (dp - delta), keys it cannot see.
 The gradients of a row that sees a non-finite key or value, of the keys that row sees, and
 of the non-finite key or value itself, are unspecified (typically NaN).
 
@@ -90,13 +91,19 @@ def _nonfinite_in(b_x, rows):
 
 
 @triton.jit
+def _finite_or_0(b_x):
+    """b_x with every inf and NaN replaced by 0 (same dtype)."""
+    return tl.where(tl.abs(b_x.to(tl.float32)) < float("inf"), b_x, tl.zeros_like(b_x))
+
+
+@triton.jit
 def _dq_block(
-    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, b_r, t0, t_last,
-    qk_scale, D: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr, BLOCK_T: tl.constexpr,
+    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, b_r, t_last, qk_scale,
+    D: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr, SAFE: tl.constexpr,
 ):  # fmt: skip
     """Key block j's share of the tile: returns (b_dq + dS' k, b_r + rowsum P'), where
     P' = exp2(s - lse) and dS' = P' (dp - delta) are not yet renormalised (see the kernel).
-    t0, t_last: the tile's first and last token (t_last < T)."""
+    t_last: the tile's last token (< T). SAFE: the masked-key pass (see the kernel)."""
     i_d = tl.arange(0, D)
     i_k = j * BS + tl.arange(0, BS)
     # Keys after the tile's last token, and past T, are seen by no row: read as 0.
@@ -107,24 +114,59 @@ def _dq_block(
     vis = sel[:, None] & (i_k[None, :] <= i_t[:, None])
     b_s = tl.dot(b_q, tl.trans(b_k), input_precision=PREC) * qk_scale
     b_p = tl.exp2(tl.where(vis, b_s - b_lse[:, None], float("-inf")))
-    b_dp = tl.dot(b_do, tl.trans(b_v), input_precision=PREC)
-    # Selected, not multiplied: dp of a hidden key may be NaN (a non-finite v).
-    b_ds = tl.where(vis, b_p * (b_dp - b_delta[:, None]), 0.0).to(b_k.dtype)
     b_r += tl.sum(b_p, axis=1)
-    # dS k sums over all keys of the block, and a key hidden from a row (dS = 0 there) with
-    # a non-finite k would make that row NaN (0 * NaN, 0 * inf). Rows whose token did not
-    # select j keep their accumulator (a select). Keys t0 < p <= t_last are seen by the rows
-    # of tokens t >= p only (one token: none): when such a block's product comes out
-    # non-finite on a row that selected it, it is recomputed with non-finite k entries as 0
-    # (a row that sees one has a non-finite lse or delta, hence a non-finite dS, anyway).
-    b_dsk = tl.dot(b_ds, b_k, input_precision=PREC)
-    if BLOCK_T > 1:
-        if j * BS + BS - 1 > t0:
-            if _nonfinite_in(b_dsk, sel):
-                b_fin = tl.abs(b_k.to(tl.float32)) < float("inf")
-                b_kf = tl.where(b_fin, b_k, tl.zeros_like(b_k))
-                b_dsk = tl.dot(b_ds, b_kf, input_precision=PREC)
-    return tl.where(sel[:, None], b_dq + b_dsk, b_dq), b_r
+    b_dp = tl.dot(b_do, tl.trans(b_v), input_precision=PREC)
+    b_ds = b_p * (b_dp - b_delta[:, None])
+    if SAFE:
+        # dS selected on the visible keys (dp of a hidden key may be NaN, from v), and k's
+        # non-finite entries as 0 in dS k, which sums over every key of the block for every
+        # row (0 * NaN = NaN). A row that sees such a key has a non-finite P or dp there.
+        b_ds = tl.where(vis, b_ds, 0.0)
+        b_k = _finite_or_0(b_k)
+    return tl.dot(b_ds.to(b_k.dtype), b_k, b_dq, input_precision=PREC), b_r
+
+
+@triton.jit
+def _dq_tile(
+    K, V, IDX, LIST, COUNT, pid_t, i_bh, p_kv, b_q, b_do, b_lse, b_delta, b_j, i_s, i_t,
+    row_ok, t_last, T, NB, qk_scale, S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_R: tl.constexpr, PREC: tl.constexpr,
+    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, SAFE: tl.constexpr,
+):  # fmt: skip
+    """The tile's loop over its blocks (TILE_LOOP): returns (dq' unscaled, rowsum P')."""
+    p_idx = IDX + i_bh.to(tl.int64) * T * S
+    b_dq = tl.zeros([BLOCK_R, D], tl.float32)
+    b_r = tl.zeros([BLOCK_R], tl.float32)
+    if USE_LIST:
+        o_tile = i_bh.to(tl.int64) * tl.num_programs(0) + pid_t
+        p_list = LIST + o_tile * BLOCK_T * S
+        n = tl.load(COUNT + o_tile)
+        if FOR_LOOP:
+            for i in range(0, n):
+                j = tl.load(p_list + i)
+                b_dq, b_r = _dq_block(
+                    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, b_r,
+                    t_last, qk_scale, D, BS, PREC, SAFE,
+                )  # fmt: skip
+        else:
+            i = 0
+            while i < n:
+                j = tl.load(p_list + i)
+                b_dq, b_r = _dq_block(
+                    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, b_r,
+                    t_last, qk_scale, D, BS, PREC, SAFE,
+                )  # fmt: skip
+                i += 1
+    else:
+        i_flat = ((i_t - pid_t * BLOCK_T) * S)[:, None] + i_s[None, :]
+        for f in range(0, BLOCK_T * S):
+            j, visit = _next_block(p_idx, f, pid_t * BLOCK_T, T, NB, b_j, i_flat, S, BS)
+            if visit:
+                b_dq, b_r = _dq_block(
+                    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, b_r,
+                    t_last, qk_scale, D, BS, PREC, SAFE,
+                )  # fmt: skip
+    return b_dq, b_r
 
 
 @triton.jit
@@ -155,40 +197,23 @@ def _sel_bwd_dq_kernel(
     b_lse = tl.load(LSE + o_row // D, mask=row_ok, other=0.0) * 1.4426950408889634
     b_lse = tl.where(b_lse == float("-inf"), 0.0, b_lse)
     b_j, i_s = _tile_slots(p_idx, i_t, T, NB, S, BS, S_PAD)
-    t0 = pid_t * BLOCK_T
-    t_last = tl.minimum(t0 + BLOCK_T - 1, T - 1)
-
-    b_dq = tl.zeros([BLOCK_T * BLOCK_G, D], tl.float32)
-    b_r = tl.zeros([BLOCK_T * BLOCK_G], tl.float32)
-    if USE_LIST:
-        o_tile = i_bh.to(tl.int64) * tl.num_programs(0) + pid_t
-        p_list = LIST + o_tile * BLOCK_T * S
-        n = tl.load(COUNT + o_tile)
-        if FOR_LOOP:
-            for i in range(0, n):
-                j = tl.load(p_list + i)
-                b_dq, b_r = _dq_block(
-                    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, b_r, t0,
-                    t_last, qk_scale, D, BS, PREC, BLOCK_T,
-                )  # fmt: skip
-        else:
-            i = 0
-            while i < n:
-                j = tl.load(p_list + i)
-                b_dq, b_r = _dq_block(
-                    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, b_r, t0,
-                    t_last, qk_scale, D, BS, PREC, BLOCK_T,
-                )  # fmt: skip
-                i += 1
-    else:
-        i_flat = ((i_t - pid_t * BLOCK_T) * S)[:, None] + i_s[None, :]
-        for f in range(0, BLOCK_T * S):
-            j, visit = _next_block(p_idx, f, pid_t * BLOCK_T, T, NB, b_j, i_flat, S, BS)
-            if visit:
-                b_dq, b_r = _dq_block(
-                    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, b_r, t0,
-                    t_last, qk_scale, D, BS, PREC, BLOCK_T,
-                )  # fmt: skip
+    t_last = tl.minimum(pid_t * BLOCK_T + BLOCK_T - 1, T - 1)
+    # Masked keys: dS k and dS = P (dp - delta) run over whole blocks, where a key hidden from
+    # a row (another token's selection, or the row's future) has P = dS = 0, and a non-finite
+    # k or v there would make that row NaN (0 * NaN). The plain pass has no guard; when it
+    # leaves a non-finite dq on some row, the tile runs again with the guards (SAFE). Clean
+    # inputs pay one check per tile.
+    b_dq, b_r = _dq_tile(
+        K, V, IDX, LIST, COUNT, pid_t, i_bh, p_kv, b_q, b_do, b_lse, b_delta, b_j, i_s, i_t,
+        row_ok, t_last, T, NB, qk_scale, S, D, BS, BLOCK_T, BLOCK_T * BLOCK_G, PREC,
+        USE_LIST, FOR_LOOP, False,
+    )  # fmt: skip
+    if _nonfinite_in(b_dq, row_ok):
+        b_dq, b_r = _dq_tile(
+            K, V, IDX, LIST, COUNT, pid_t, i_bh, p_kv, b_q, b_do, b_lse, b_delta, b_j, i_s,
+            i_t, row_ok, t_last, T, NB, qk_scale, S, D, BS, BLOCK_T, BLOCK_T * BLOCK_G, PREC,
+            USE_LIST, FOR_LOOP, True,
+        )  # fmt: skip
     # Renormalise: P' = exp2(s - lse) sums to r = 2^-e instead of 1 when the forward's lse is
     # off by e (an fp32 lse near 100 carries an error of ~1e-5, and |s| that large is where
     # it shows). dS is linear in P, so dq = dq' / r; lo = log2(r) lets the dk/dv kernel use
@@ -221,15 +246,17 @@ def _dkdv_chunk(
     # lse in base 2 exactly as the dq kernel computed it, then its renormalisation lo.
     b_lse = tl.load(LSE + o_row, mask=row_ok, other=0.0) * 1.4426950408889634
     b_lo = tl.load(LSE_LO + o_row, mask=row_ok, other=0.0)
-    b_delta = tl.load(DELTA + o_row, mask=row_ok, other=0.0)
+    # A row that sees a non-finite key or value may have a non-finite delta (its o), which
+    # would reach the keys it cannot see through dS = 0 * (dp - delta); as 0 it reaches none
+    # (the gradients of that row and of the keys it sees are unspecified anyway).
+    b_delta = _finite_or_0(tl.load(DELTA + o_row, mask=row_ok, other=0.0))
     vis = row_ok[:, None] & (i_k[None, :] <= i_t[:, None])
     b_s = tl.dot(b_q, tl.trans(b_k), input_precision=PREC) * qk_scale
     b_p = tl.exp2(tl.where(vis, (b_s - b_lse[:, None]) - b_lo[:, None], float("-inf")))
     b_dv += tl.dot(tl.trans(b_p.to(b_do.dtype)), b_do, input_precision=PREC)
     b_dp = tl.dot(b_do, tl.trans(b_v), input_precision=PREC)
-    # Selected, not multiplied: a NaN/inf in v, or a NaN delta of a row that sees one, must
-    # not reach the keys that row cannot see.
-    b_ds = tl.where(vis, b_p * (b_dp - b_delta[:, None]), 0.0)
+    # dp of a non-finite v reaches, through dS, only dk of that key itself.
+    b_ds = b_p * (b_dp - b_delta[:, None])
     b_dk += tl.dot(tl.trans(b_ds.to(b_q.dtype)), b_q, input_precision=PREC)
     return b_dk, b_dv
 
