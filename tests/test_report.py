@@ -263,3 +263,16 @@ def test_na_reasons_encoding(tmp_path):
 def test_unknown_machine_is_an_error(results, tmp_path):
     with pytest.raises(SystemExit, match="no results for machine"):
         report.build(results, tmp_path / "out", machine="nope")
+
+
+def test_a_zero_is_a_value(tmp_path):
+    """A file whose only figures are 0.0 is the newest with values (0 is not n/a)."""
+    res = tmp_path / "results"
+    params = [[1], ["fused"], ["safe"], ["H8-HV8"]]
+    for commit, date, value in (("a", 2, 0.0), ("b", 1, 5.0)):
+        data = {"kda.KdaBandwidth.track_pct_of_copy_rate": _entry(params, [value])}
+        _write(res, "h200", f"{commit * 8}-virtualenv-py3.12.json", {
+            "commit_hash": commit * 40, "date": date, "result_columns": COLUMNS, "results": data,
+        })  # fmt: skip
+    rows = report.Results(res).rows("kda.KdaBandwidth.track_pct_of_copy_rate")
+    assert [(v, r) for _, v, r in rows] == [(0.0, None)]

@@ -147,7 +147,9 @@ class Results:
         found = [(d, pts) for d, pts in found if pts]
         if not found:
             return {}
-        measured = [(d, pts) for d, pts in found if any(_number(v) for v, _ in pts.values())]
+        measured = [
+            (d, pts) for d, pts in found if any(_number(v) is not None for v, _ in pts.values())
+        ]
         data, pts = (measured or found)[0]
         commit = str(data.get("commit_hash", "?"))
         self.used[name] = commit[:8]
