@@ -44,6 +44,11 @@ mkdir -p .asv
 git rev-list --max-count="${ATTNBENCH_COMMITS:-3}" HEAD >.asv/commits.txt
 echo "main: mode=$MODE machine=$MACHINE commits=$(wc -l <.asv/commits.txt)"
 
+# Out-of-memory points are logged beside the results, so the report and the site can tell
+# "out of memory" from the other n/a reasons (ci/na_reasons.py).
+mkdir -p "results/$MACHINE"
+export ATTNBENCH_NA_LOG=$PWD/results/$MACHINE/na_reasons.jsonl
+
 status=0
 "$VPY" -m asv run "HASHFILE:.asv/commits.txt" --machine "$MACHINE" \
     --skip-existing-commits --record-samples --show-stderr || status=$?
@@ -60,6 +65,8 @@ else
     VENDORED=no
 fi
 "$VPY" tools/report.py --results results --out report --machine "$MACHINE"
+# The report's page, the smoke banner and the page-from-disk note go in after every publish.
+"$VPY" tools/site_extras.py html --report report
 
 cat <<EOF
 

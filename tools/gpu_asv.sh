@@ -47,6 +47,8 @@ SUMMARY=$OUT/summary.txt
 source tools/asv_host_env.sh || exit 1
 B=()
 [ -n "${BENCH:-}" ] && B=(-b "$BENCH")
+mkdir -p "results/$MACHINE"
+export ATTNBENCH_NA_LOG=$PWD/results/$MACHINE/na_reasons.jsonl  # OOM points (ci/na_reasons.py)
 
 note "gpu_asv: $(date -u +%FT%TZ) host=$(hostname) stages='$STAGES' suite=${ATTNBENCH_SUITE:-default}"
 note "gpu_asv: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
@@ -112,6 +114,7 @@ if has_stage publish; then
     "${ASV[@]}" publish && note "publish: html/ written"
     "$HOST_PY" tools/report.py --results results --out report --machine "$MACHINE" \
         | tee -a "$SUMMARY"
+    "$HOST_PY" tools/site_extras.py html --report report
 fi
 [ -d results ] && tar czf "$OUT/results.tar.gz" results
 [ -d report ] && tar czf "$OUT/report.tar.gz" report
