@@ -19,6 +19,14 @@ class SelectionAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do):
+        # Autograd runs a backward with grad mode on exactly when create_graph=True was asked
+        # for; the Triton backward is not itself differentiable, so refuse here, at the first
+        # backward, rather than return gradients whose own backward fails later.
+        if torch.is_grad_enabled():
+            raise ValueError(
+                "create_graph=True: selection_attention does not support double backward "
+                "(second-order gradients); its Triton backward is not differentiable"
+            )
         q, k, v, block_idx, o, lse = ctx.saved_tensors
         dq, dk, dv = selection_backward_triton(
             q, k, v, block_idx, ctx.block_size, do.contiguous(), o, lse, ctx.scale
@@ -31,6 +39,7 @@ def selection_attention(q, k, v, block_idx, block_size, scale=None):
 
     Args and shapes as for `selection_forward_triton`: q [B, Hq, T, D], k/v [B, Hkv, T, D],
     block_idx [B, Hkv, T, S] int32/int64. Returns o [B, Hq, T, D] in q's dtype; gradients
-    flow to q, k and v.
+    flow to q, k and v. First-order only: a backward with create_graph=True (double backward,
+    e.g. a Hessian-vector product) raises ValueError.
     """
     return SelectionAttention.apply(q, k, v, block_idx, block_size, scale)
