@@ -5,6 +5,7 @@ call stays free of device syncs (and capturable in a CUDA graph). A failed check
 before anything is allocated or launched, and the message names the offending argument.
 """
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -45,6 +46,14 @@ def _tensor(name, x):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
 
 
+def check_int(name, x, minimum=1):
+    """x must be a Python int (a bool is refused) and, unless minimum is None, >= minimum."""
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise TypeError(f"{name} must be an int, got {type(x).__name__}")
+    if minimum is not None and x < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {x}")
+
+
 def _contiguous(name, x):
     if not x.is_contiguous():
         raise ValueError(f"{name} must be contiguous (call .contiguous() first)")
@@ -57,7 +66,10 @@ def _devices(named):
         where = ", ".join(f"{n} on {x.device}" for n, x in named)
         raise ValueError(f"all tensors must be on one device: {where}")
     dev = devs.pop()
-    if dev.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+    # The interpreter runs kernels on host memory, so it takes CPU (or CUDA) tensors; a
+    # device without storage (meta) or any other backend can run no kernel at all.
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    if dev.type != "cuda" and not (interpret and dev.type == "cpu"):
         raise ValueError(
             f"q must be a CUDA tensor (got device {dev}); CPU tensors need TRITON_INTERPRET=1"
         )
@@ -86,8 +98,8 @@ def check_forward_args(q, k, v, block_idx, block_size, scale) -> Dims:
         raise ValueError(f"k shape {tuple(k.shape)} does not match q shape {tuple(q.shape)}")
     if v.shape != k.shape:
         raise ValueError(f"v shape {tuple(v.shape)} must equal k shape {tuple(k.shape)}")
-    if Hkv < 1 or Hq % Hkv != 0:
-        raise ValueError(f"q heads ({Hq}) must be a multiple of k/v heads ({Hkv})")
+    if Hkv < 1 or Hq < 1 or Hq % Hkv != 0:
+        raise ValueError(f"q heads ({Hq}) must be a positive multiple of k/v heads ({Hkv})")
     if B < 1 or T < 1:
         raise ValueError(f"q must have B >= 1 and T >= 1, got shape {tuple(q.shape)}")
     if D not in HEAD_DIMS:
@@ -96,18 +108,40 @@ def check_forward_args(q, k, v, block_idx, block_size, scale) -> Dims:
         raise ValueError(
             f"block_idx shape {tuple(block_idx.shape)} must be [B={B}, Hkv={Hkv}, T={T}, S>=1]"
         )
-    if isinstance(block_size, bool) or not isinstance(block_size, int):
-        raise TypeError(f"block_size must be an int, got {type(block_size).__name__}")
+    check_int("block_size", block_size)
     if block_size not in BLOCK_SIZES:
         raise ValueError(f"block_size {block_size} unsupported; use one of {BLOCK_SIZES}")
     if scale is None:
         scale = D**-0.5
     elif isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
+    elif not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale}")
     for name, x in (("q", q), ("k", k), ("v", v), ("block_idx", block_idx)):
         _contiguous(name, x)
     _devices((("q", q), ("k", k), ("v", v), ("block_idx", block_idx)))
     return Dims(B, Hq, Hkv, T, D, block_idx.shape[3], block_size, float(scale))
+
+
+def check_block_idx_arg(block_idx, block_size, name="block_idx", contiguous=True):
+    """Validate a block_idx handed to an index helper on its own; return (B, Hkv, T, S).
+
+    block_idx: [B, Hkv, T, S] int32/int64 with every size >= 1 (what the kernels accept),
+    contiguous unless contiguous=False; block_size: an int >= 1 (any size: the helpers are
+    not limited to the kernels' BLOCK_SIZES). Reads no values.
+    """
+    _tensor(name, block_idx)
+    if block_idx.dtype not in INDEX_DTYPES:
+        raise TypeError(f"{name} must be int32 or int64, got {block_idx.dtype}")
+    if block_idx.dim() != 4 or min(block_idx.shape) < 1:
+        raise ValueError(
+            f"{name} must be [B, Hkv, T, S] with every size >= 1, got shape "
+            f"{tuple(block_idx.shape)}"
+        )
+    if contiguous:
+        _contiguous(name, block_idx)
+    check_int("block_size", block_size)
+    return tuple(block_idx.shape)
 
 
 def check_backward_args(q, k, v, block_idx, block_size, do, o, lse, scale) -> Dims:

@@ -365,6 +365,7 @@ def invert_block_idx(block_idx, block_size):
     by block and then token; the keys are int32 unless (NB + 1) * T overflows it. Rows are
     sorted SORT_ENTRIES slots at a time, which bounds the sort's temporaries; O(T * S) memory.
     """
+    _checks.check_block_idx_arg(block_idx, block_size)
     B, Hkv, T, S = block_idx.shape
     NB = (T + block_size - 1) // block_size
     BH, dev = B * Hkv, block_idx.device

@@ -12,11 +12,22 @@ Both makers return int32 [B, Hkv, T, S] tensors on `device`, built with device-s
 
 import torch
 
+from ._checks import check_block_idx_arg, check_int
 from .reference import kept_slots
 
 
+def _check_sizes(B, Hkv, T, block_size, S):
+    for name, x in (("B", B), ("Hkv", Hkv), ("T", T), ("block_size", block_size), ("S", S)):
+        check_int(name, x)
+
+
 def make_block_idx_recent(B, Hkv, T, block_size, S, device):
-    """The seed's 'recent' pattern: [B, Hkv, T, S] int32, the S full blocks before t."""
+    """The seed's 'recent' pattern: [B, Hkv, T, S] int32, the S full blocks before t.
+
+    B, Hkv, T, block_size and S are ints >= 1 (TypeError / ValueError naming the argument
+    otherwise); block_size may be any such int, not only one the kernels accept.
+    """
+    _check_sizes(B, Hkv, T, block_size, S)
     n = (torch.arange(T, device=device) + 1) // block_size
     blk = (n[:, None] - 1) - torch.arange(S, device=device)[None, :]
     blk = torch.where(blk >= 0, blk, torch.full_like(blk, -1))
@@ -24,7 +35,13 @@ def make_block_idx_recent(B, Hkv, T, block_size, S, device):
 
 
 def make_block_idx_random(B, Hkv, T, block_size, S, device, seed=0):
-    """NSA-like random pattern (see module doc): [B, Hkv, T, S] int32, valid entries distinct."""
+    """NSA-like random pattern (see module doc): [B, Hkv, T, S] int32, valid entries distinct.
+
+    B, Hkv, T, block_size and S are ints >= 1 and seed an int (TypeError / ValueError naming
+    the argument otherwise).
+    """
+    _check_sizes(B, Hkv, T, block_size, S)
+    check_int("seed", seed, minimum=None)
     NB = (T + block_size - 1) // block_size
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
@@ -63,22 +80,24 @@ def make_block_idx_random(B, Hkv, T, block_size, S, device, seed=0):
 
 
 def validate_block_idx(block_idx, block_size, shape=None):
-    """Check a block_idx tensor against the selection contract; raise ValueError if broken.
+    """Check a block_idx tensor against the selection contract.
 
     Args:
-        block_idx: [B, Hkv, T, S] int32/int64.
-        block_size: keys per block (to know which entries are kept).
+        block_idx: [B, Hkv, T, S] int32/int64, every size >= 1 (any strides).
+        block_size: keys per block (to know which entries are kept), an int >= 1.
         shape: optional expected (B, Hkv, T, S).
-    Raises ValueError on a wrong dtype, a wrong rank or shape, or a kept block (0 <= j < NB
-    and j * block_size <= t) appearing twice in one row. Reads the values (syncs the device):
-    call it once on a pattern, not on every kernel call.
+    Raises ValueError whenever block_idx breaks the contract: not a tensor, a wrong dtype, a
+    wrong rank or shape, a size below 1, or a kept block (0 <= j < NB and
+    j * block_size <= t) appearing twice in one row; TypeError / ValueError on a block_size
+    that is not an int >= 1. Reads the values (syncs the device): call it once on a pattern,
+    not on every kernel call.
     """
-    if not isinstance(block_idx, torch.Tensor):
-        raise ValueError(f"block_idx must be a torch.Tensor, got {type(block_idx).__name__}")
-    if block_idx.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"block_idx must be int32 or int64, got {block_idx.dtype}")
-    if block_idx.dim() != 4:
-        raise ValueError(f"block_idx must be [B, Hkv, T, S], got shape {tuple(block_idx.shape)}")
+    check_int("block_size", block_size)
+    try:
+        check_block_idx_arg(block_idx, block_size, contiguous=False)
+    except TypeError as e:
+        # One exception type for every broken block_idx, so a caller can catch just that.
+        raise ValueError(str(e)) from None
     if shape is not None and tuple(block_idx.shape) != tuple(shape):
         raise ValueError(f"block_idx shape {tuple(block_idx.shape)} != expected {tuple(shape)}")
     T, S = block_idx.shape[2], block_idx.shape[3]
