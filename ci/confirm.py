@@ -338,8 +338,6 @@ def main(argv=None, clock=time.monotonic):
     if args.suspect > args.factor:
         ap.error("--suspect must not exceed --factor (a point inside it could then be flagged "
                  "from stage 1's samples alone)")  # fmt: skip
-    if args.sure < args.factor:
-        ap.error("--sure must not be below --factor")
     args.out.mkdir(parents=True, exist_ok=True)
 
     stage1 = parse(args.continuous_log.read_text())
