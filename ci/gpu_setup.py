@@ -15,6 +15,11 @@ The asv machine is named after the GPU type label (h200, h100, ...) so results o
 GPU types publish into one site side by side; tools/asv_machine.py adds the GPU's name,
 driver, CUDA, torch and Triton versions to the entry (they show on the site as filters).
 
+Before anything else it checks that CUDA works: a tiny CUDA operation, run in a fresh
+interpreter (a broken driver may crash or hang the process that tries), must give the
+right answer within a time limit. Otherwise the job stops with the error: a runner whose
+GPU is unusable would otherwise record n/a for every benchmark and report no regression.
+
 Usage (from the repo root, with the project's .venv):
     .venv/bin/python -m ci.gpu_setup --machine h200 --purpose main --github-env "$GITHUB_ENV"
 """
@@ -28,6 +33,42 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# The check: allocate on the GPU, compute, synchronize, read back (1 + 2 + ... + 8 = 36).
+CUDA_PROBE = """\
+import torch
+if not torch.cuda.is_available():
+    raise SystemExit("torch.cuda.is_available() is False (torch " + torch.__version__ + ")")
+x = torch.arange(1, 9, device="cuda", dtype=torch.float32)
+torch.cuda.synchronize()
+got = float(x.sum().item())
+if got != 36.0:
+    raise SystemExit(f"a sum on the GPU gave {got}, not 36")
+print(torch.cuda.get_device_name(0))
+"""
+CUDA_PROBE_TIMEOUT_S = 300.0
+
+
+class CudaUnusable(RuntimeError):
+    """CUDA does not work on this runner; the message says what failed."""
+
+
+def check_cuda(python: str = sys.executable, timeout: float = CUDA_PROBE_TIMEOUT_S,
+               probe: str = CUDA_PROBE) -> str:  # fmt: skip
+    """Run `probe` (default: a tiny CUDA operation) with `python` in a subprocess; returns
+    the device name it prints. Raises CudaUnusable on a non-zero exit, a crash or a hang
+    past `timeout` seconds, with the probe's own error output."""
+    try:
+        res = subprocess.run([python, "-c", probe], capture_output=True, text=True,
+                             timeout=timeout)  # fmt: skip
+    except subprocess.TimeoutExpired as exc:
+        raise CudaUnusable(f"a tiny CUDA operation did not finish in {timeout:g} s") from exc
+    if res.returncode != 0:
+        tail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-5:]
+        raise CudaUnusable(
+            f"a tiny CUDA operation failed (exit {res.returncode}): " + " | ".join(tail)
+        )
+    return res.stdout.strip()
 
 
 def env_dir(conf: Path) -> Path:
@@ -86,7 +127,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--conf", type=Path, default=Path("asv.conf.json"))
     ap.add_argument("--github-env", type=Path, help="append KEY=VALUE lines here")
     ap.add_argument("--no-machine", action="store_true", help="skip the asv machine entry")
+    ap.add_argument(
+        "--no-cuda-check", action="store_true", help="skip the CUDA check (tests on a CPU host)"
+    )
     args = ap.parse_args(argv)
+
+    if not args.no_cuda_check:
+        try:
+            print(f"gpu_setup: CUDA works: {check_cuda()}")
+        except CudaUnusable as exc:
+            print(f"::error::gpu_setup: CUDA does not work on this runner: {exc}")
+            print(f"gpu_setup: error: CUDA does not work on this runner: {exc}", file=sys.stderr)
+            return 1
 
     root = args.cache_root
     link_env_dir(env_dir(args.conf), root / args.purpose / "asv-env")

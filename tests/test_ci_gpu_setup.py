@@ -5,6 +5,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ci import gpu_setup  # noqa: E402
 
@@ -32,7 +34,7 @@ def test_caches_linked_and_job_env_written(tmp_path, monkeypatch):
     monkeypatch.delenv("ATTNBENCH_WHEELHOUSE", raising=False)
     github_env = tmp_path / "github_env"
     args = ["--machine", "h200", "--purpose", "pr", "--cache-root", str(cache),
-            "--github-env", str(github_env)]  # fmt: skip
+            "--github-env", str(github_env), "--no-cuda-check"]  # fmt: skip
     assert gpu_setup.main(args) == 0
 
     env_dir = work / ".asv" / "env"
@@ -71,3 +73,43 @@ def test_real_env_dir_is_left_alone(tmp_path, capsys):
 def test_no_wheelhouse_no_pip_settings(tmp_path):
     env = gpu_setup.job_env(tmp_path, "main", tmp_path / "absent")
     assert "PIP_NO_INDEX" not in env and "PIP_FIND_LINKS" not in env
+
+
+def test_cuda_check_passes_a_working_probe_and_names_the_device():
+    probe = "print('Fake GPU')"
+    assert gpu_setup.check_cuda(probe=probe) == "Fake GPU"
+
+
+@pytest.mark.parametrize(
+    "probe,words",
+    [
+        ("raise SystemExit('torch.cuda.is_available() is False')", "is_available() is False"),
+        ("import os; os.abort()", "failed (exit -6)"),  # a crash of the probe's process
+        ("raise RuntimeError('CUDA error: no kernel image')", "no kernel image"),
+    ],
+)
+def test_cuda_check_refuses_a_failing_probe(probe, words):
+    with pytest.raises(gpu_setup.CudaUnusable, match="tiny CUDA operation") as info:
+        gpu_setup.check_cuda(probe=probe)
+    assert words in str(info.value)
+
+
+def test_cuda_check_refuses_a_hang():
+    with pytest.raises(gpu_setup.CudaUnusable, match="did not finish in 0.5 s"):
+        gpu_setup.check_cuda(probe="import time; time.sleep(30)", timeout=0.5)
+
+
+def test_the_real_probe_stops_the_job_without_cuda(tmp_path, capsys):
+    """On this CPU host the real probe fails: main stops before touching anything."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has a working GPU")
+    github_env = tmp_path / "github_env"
+    args = ["--machine", "h200", "--purpose", "pr", "--cache-root", str(tmp_path / "c"),
+            "--github-env", str(github_env)]  # fmt: skip
+    assert gpu_setup.main(args) == 1
+    out = capsys.readouterr()
+    assert "::error::gpu_setup: CUDA does not work on this runner" in out.out
+    assert "is_available() is False" in out.err
+    assert not github_env.exists() and not (tmp_path / "c").exists()
