@@ -262,7 +262,8 @@ def test_large_logits_fp32(seed, ordered_dots, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_masked_keys_gpu(dtype):
-    """On the GPU, in bf16/fp16: the NaN/inf masking of both kernels (compiled code paths)."""
+    """On the GPU, in bf16/fp16: the NaN/inf masking of both kernels (compiled code paths),
+    given NaN statistics for the rows that see a poisoned key, and end to end."""
     q, k, v, do, _ = inputs("odd", seed=3, dtype=dtype, device="cuda")
     idx = masking_idx().cuda()
     x = [t.detach().float().requires_grad_() for t in (q, k, v)]
@@ -276,6 +277,11 @@ def test_masked_keys_gpu(dtype):
         kk, vv = (poison(k, value), v) if name == "k" else (k, poison(v, value))
         got = selection_backward_triton(q, kk, vv, idx, BS, do, o, lse)
         assert_clean_parts_match(got, rgrads, bad_rows, bad_keys, 1e-2)
+    # End to end through the forward's own o and lse, both poisons at once.
+    kk, vv = poison(k, math.nan), poison(v, math.inf)
+    o, lse = selection_forward_triton(q, kk, vv, idx, BS, return_lse=True)
+    got = selection_backward_triton(q, kk, vv, idx, BS, do, o, lse)
+    assert_clean_parts_match(got, rgrads, bad_rows, bad_keys, 1e-2)
 
 
 @pytest.mark.gpu
