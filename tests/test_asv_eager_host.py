@@ -81,6 +81,62 @@ def test_new_figures_are_timings_on_the_gated_grid():
         assert common.host_calls(cls.device_ops) * cls.device_ops <= common.HOST_QUEUE_OPS
 
 
+class FakeCuda:
+    """Stands in for torch.cuda in the GPU path of host_seconds: `_sleep` records its cycles;
+    the marker event reports the sleep as finished when the host is done for the first
+    `late` rounds (the calls waited for the device), as still running after that."""
+
+    def __init__(self, late):
+        self.late, self.sleeps = late, []
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                pass
+
+            def record(self):
+                pass
+
+            def query(self):  # the sleep of the current round has ended
+                return len(fake.sleeps) <= fake.late
+
+        self.Event = Event
+
+    def synchronize(self):
+        pass
+
+    def _sleep(self, cycles):
+        self.sleeps.append(cycles)
+
+
+@pytest.mark.parametrize("late", [0, 2])
+def test_host_seconds_behind_the_sleep_retries_until_it_outlasts_the_calls(monkeypatch, late):
+    fake = FakeCuda(late)
+    monkeypatch.setattr(common, "SMOKE", False)
+    monkeypatch.setattr(common.torch, "cuda", fake)
+    monkeypatch.setattr(common, "_sleep_cycles_per_second", lambda: 1e9)
+    fns, counts = counting_calls(3)
+    samples = common.host_seconds(fns, device_ops=64, samples=2)
+    assert len(samples) == 2 and all(s > 0 for s in samples)
+    # 4 calls a round (256 // 64); every round behind a sleep; a late round doubles it.
+    rounds = len(fake.sleeps) - late
+    assert sum(counts) == 3 * common.WARMUP_CALLS + 4 * (1 + late + rounds)
+    first = fake.sleeps[0]
+    assert fake.sleeps[late] == first * 2**late and len(set(fake.sleeps[late:])) == 1
+
+
+def test_host_seconds_refuses_when_the_sleep_never_outlasts_the_calls(monkeypatch):
+    fake = FakeCuda(late=10**6)
+    monkeypatch.setattr(common, "SMOKE", False)
+    monkeypatch.setattr(common.torch, "cuda", fake)
+    monkeypatch.setattr(common, "_sleep_cycles_per_second", lambda: 1e9)
+    fns, _ = counting_calls(3)
+    with pytest.raises(RuntimeError, match="waited for the device"):
+        common.host_seconds(fns, device_ops=64, samples=2)
+    assert len(fake.sleeps) == common.HOST_SLEEP_ATTEMPTS
+    assert fake.sleeps[-1] == fake.sleeps[0] * 2 ** (common.HOST_SLEEP_ATTEMPTS - 1)
+
+
 @smoke_only
 def test_rotation_sets_have_their_own_storage():
     b = nsa.NsaForward()
