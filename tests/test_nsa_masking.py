@@ -49,7 +49,8 @@ CASES = {
     "G16-odd": (1, 16, 1, 40, 32, 16, 3, "odd", [39, 18], [37, 5]),
 }
 
-# (schedule, TILE_LOOP, TILE_ROWS): "auto" sets a threshold that sends tiles both ways.
+# (schedule, TILE_LOOP, TILE_ROWS): "auto" sets a threshold that sends tiles both ways, and
+# cuts the fix-up kernel's flag reads into many short programs.
 PATHS = {
     "tile": ("tile", "list", 64),
     "tile-pairs": ("tile", "pairs", 64),
@@ -78,6 +79,7 @@ def use_path(name, idx, bs, S, G, schedule, monkeypatch):  # noqa: F811
     if sched != "auto":
         schedule(sched)
         return
+    monkeypatch.setattr(forward, "FIX_TILES", 8)  # fix-up programs of 8 tiles, one short
     counts = tile_counts(idx, bs, G)
     thr = (counts.min().item() + counts.max().item()) // 2
     schedule("auto", ratio=(thr + 0.5) / S)

@@ -45,14 +45,16 @@ about 1e-5 on the GPU as well as in the interpreter.
 
 Masked keys take no part in a row's result, whatever their values. Masking the scores to
 -inf covers k; but p @ v sums p * v over all keys of the block, and a key hidden from a row
-has p = 0 there, with 0 * NaN = NaN. Keys after the tile's last token (and past T) are seen
-by no row and are loaded as 0. The others (keys of a block that some of the tile's tokens
-did not select, keys after a row's token in a block of the causal diagonal) can only make
-a row's sum non-finite; so the tile runs the plain loop, and only when a real row ends
-non-finite is the tile redone with each row's p @ v over its visible keys (`_visible_pv`:
-non-finite values enter the dot as 0, and a row that sees one gets NaN). Clean inputs pay
-one check per tile. A non-finite key or value that a row sees makes the row non-finite (NaN
-when it is a NaN).
+has p = 0 there, with 0 * NaN = NaN. Such keys (in a block that some of the tile's tokens
+did not select, or after a row's token in a block of the causal diagonal, on either path)
+can only make a row's sum non-finite. So both paths run their plain products, and a tile
+with a real row that ends non-finite is flagged (FLAG, one int32 per tile); a fix-up
+kernel, launched after both, redoes the flagged tiles on the token-tile path with each
+row's p @ v over its visible keys (`_visible_pv`: non-finite values enter the dot as 0,
+and a row that sees one gets NaN). Clean inputs pay one check per tile and the fix-up
+kernel's flag loads; the SAFE code sits in a kernel of its own, so it costs the fast
+kernels no registers. A non-finite key or value that a row sees makes the row non-finite
+(NaN when it is a NaN).
 """
 
 import contextlib
@@ -110,6 +112,11 @@ _SIDE_STREAMS = {}
 # 4 warps): 0.036 -> 0.025 ms per forward at the seed shape, T = 32768 (docs/perf/nsa.md,
 # v11).
 TILE_LIST_WARPS = 1
+# Tiles (a power of two) whose flags one program of the fix-up kernel (`_sel_fwd_fix_kernel`)
+# reads at once: on clean inputs each program makes one vector load and exits, so few
+# programs suffice; on inputs with non-finite values a program redoes its flagged tiles one
+# after the other.
+FIX_TILES = 128
 
 
 def forward_stages(block_t):
@@ -315,16 +322,15 @@ def _visible_pv(b_p, b_v, vis, PREC: tl.constexpr):
 
 @triton.jit
 def _attend_block(
-    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, t_last, qk_scale,
+    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, T, qk_scale,
     D: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr, SAFE: tl.constexpr,
 ):  # fmt: skip
     """One online-softmax step of the tile over key block j; returns the new (m, l, acc).
-    t_last: the tile's last token (< T). SAFE: p @ v over each row's visible keys only
-    (`_visible_pv`), whatever the values of the others."""
+    SAFE: p @ v over each row's visible keys only (`_visible_pv`), whatever the values of
+    the others."""
     i_d = tl.arange(0, D)
     i_k = j * BS + tl.arange(0, BS)
-    # Keys after the tile's last token, and past T, are seen by no row: read as 0.
-    k_ok = (i_k <= t_last)[:, None]
+    k_ok = (i_k < T)[:, None]
     b_k = tl.load(K + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
     b_v = tl.load(V + p_kv + i_k[:, None] * D + i_d[None, :], mask=k_ok, other=0.0)
     # Rows whose token selected j (row_ok folds in padding rows), keys up to t.
@@ -353,9 +359,7 @@ def _tile_blocks(
     FOR_LOOP: tl.constexpr, SAFE: tl.constexpr,
 ):  # fmt: skip
     """The online softmax of the tile over its blocks (TILE_LOOP); returns (m, l, acc).
-    SAFE: `_attend_block`'s; the compiled "list" loop is then not pipelined (it runs on
-    inputs with non-finite values only, and needs no shared-memory stages of its own)."""
-    t_last = tl.minimum(pid_t * BLOCK_T + BLOCK_T - 1, T - 1)
+    SAFE: `_attend_block`'s."""
     b_m = tl.full([BLOCK_T * BLOCK_G], float("-inf"), tl.float32)
     b_l = tl.zeros([BLOCK_T * BLOCK_G], tl.float32)
     b_acc = tl.zeros([BLOCK_T * BLOCK_G, D], tl.float32)
@@ -363,26 +367,18 @@ def _tile_blocks(
         p_list = LIST + o_tile * BLOCK_T * S
         n = tl.load(COUNT + o_tile)
         if FOR_LOOP:
-            if SAFE:
-                for i in tl.range(0, n, num_stages=1):
-                    j = tl.load(p_list + i)
-                    b_m, b_l, b_acc = _attend_block(
-                        K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, t_last,
-                        qk_scale, D, BS, PREC, SAFE,
-                    )  # fmt: skip
-            else:
-                for i in range(0, n):
-                    j = tl.load(p_list + i)
-                    b_m, b_l, b_acc = _attend_block(
-                        K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, t_last,
-                        qk_scale, D, BS, PREC, SAFE,
-                    )  # fmt: skip
+            for i in range(0, n):
+                j = tl.load(p_list + i)
+                b_m, b_l, b_acc = _attend_block(
+                    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, T, qk_scale,
+                    D, BS, PREC, SAFE,
+                )  # fmt: skip
         else:
             i = 0
             while i < n:
                 j = tl.load(p_list + i)
                 b_m, b_l, b_acc = _attend_block(
-                    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, t_last, qk_scale,
+                    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, T, qk_scale,
                     D, BS, PREC, SAFE,
                 )  # fmt: skip
                 i += 1
@@ -392,7 +388,7 @@ def _tile_blocks(
             j, visit = _next_block(p_idx, f, pid_t * BLOCK_T, T, NB, b_j, i_flat, S, BS)
             if visit:
                 b_m, b_l, b_acc = _attend_block(
-                    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, t_last, qk_scale,
+                    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, T, qk_scale,
                     D, BS, PREC, SAFE,
                 )  # fmt: skip
     return b_m, b_l, b_acc
@@ -403,8 +399,10 @@ def _sel_fwd_tile(
     Q, K, V, IDX, LIST, COUNT, O, LSE, pid_t, i_bh, o_tile, T, NB, Hq, G, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
-    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr,
+    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, SAFE: tl.constexpr,
 ):  # fmt: skip
+    """o and lse of one token tile; returns whether a real row ended non-finite. SAFE: each
+    row's p @ v over its visible keys only (`_attend_block`)."""
     Hkv = Hq // G
     i_b = i_bh // Hkv
     i_h = i_bh % Hkv
@@ -418,36 +416,30 @@ def _sel_fwd_tile(
     b_j, i_s = _tile_slots(p_idx, i_t, T, NB, S, BS, S_PAD)
     b_m, b_l, b_acc = _tile_blocks(
         K, V, LIST, COUNT, p_idx, p_kv, o_tile, pid_t, b_q, b_j, i_s, i_t, row_ok, T, NB,
-        qk_scale, S, D, BS, BLOCK_T, BLOCK_G, PREC, USE_LIST, FOR_LOOP, False,
+        qk_scale, S, D, BS, BLOCK_T, BLOCK_G, PREC, USE_LIST, FOR_LOOP, SAFE,
     )  # fmt: skip
-    # A row with a non-finite sum saw a non-finite key or value, or took one in through
-    # the plain p @ v from a key hidden from it (another token's block, or a key after its
-    # token in a block of the causal diagonal). Only then is the tile redone with each
-    # row's product over its visible keys only (unpipelined: rare, and no extra buffers).
-    if _any_nonfinite(b_acc, row_ok):
-        b_m, b_l, b_acc = _tile_blocks(
-            K, V, LIST, COUNT, p_idx, p_kv, o_tile, pid_t, b_q, b_j, i_s, i_t, row_ok, T, NB,
-            qk_scale, S, D, BS, BLOCK_T, BLOCK_G, PREC, USE_LIST, FOR_LOOP, True,
-        )  # fmt: skip
     # No visible key: l = 0 (a NaN l, from a visible NaN key, stays NaN in o and lse).
     no_key = b_l == 0
     b_o = b_acc / tl.where(no_key, 1.0, b_l)[:, None]
     b_lse = (b_m + tl.log2(tl.where(no_key, 1.0, b_l))) * LN2
     b_lse = tl.where(no_key, float("-inf"), b_lse)
+    bad = _any_nonfinite(b_o, row_ok)
     tl.store(O + o_row[:, None] + i_d[None, :], b_o.to(O.dtype.element_ty), mask=row_ok[:, None])
     tl.store(LSE + o_row // D, b_lse, mask=row_ok)
+    return bad
 
 
 @triton.jit
 def _sel_fwd_kernel(
-    Q, K, V, IDX, LIST, COUNT, O, LSE,
+    Q, K, V, IDX, LIST, COUNT, O, LSE, FLAG,
     T, NB, Hq, G, qk_scale, MIN_BLOCKS,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
     USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, SKIP_BLOCK_TILES: tl.constexpr,
 ):  # fmt: skip
     """One token tile (see the module doc). SKIP_BLOCK_TILES: return at once when the tile's
-    distinct block count COUNT exceeds MIN_BLOCKS (the block-major path owns its rows)."""
+    distinct block count COUNT exceeds MIN_BLOCKS (the block-major path owns its rows).
+    FLAG[bh, tile] (zero-filled) is set to 1 when a real row ended non-finite."""
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)  # b * Hkv + kv head
     o_tile = i_bh.to(tl.int64) * tl.num_programs(0) + pid_t
@@ -455,10 +447,39 @@ def _sel_fwd_kernel(
     if SKIP_BLOCK_TILES:
         todo = tl.load(COUNT + o_tile) <= MIN_BLOCKS
     if todo:
-        _sel_fwd_tile(
+        bad = _sel_fwd_tile(
             Q, K, V, IDX, LIST, COUNT, O, LSE, pid_t, i_bh, o_tile, T, NB, Hq, G, qk_scale,
-            S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, USE_LIST, FOR_LOOP,
+            S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, USE_LIST, FOR_LOOP, False,
         )  # fmt: skip
+        tl.store(FLAG + o_tile, 1, mask=bad)
+
+
+@triton.jit
+def _sel_fwd_fix_kernel(
+    Q, K, V, IDX, LIST, COUNT, O, LSE, FLAG,
+    T, NB, Hq, G, qk_scale, N_TILES,
+    S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
+    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, FIX: tl.constexpr,
+):  # fmt: skip
+    """Tiles pid * FIX .. pid * FIX + FIX - 1 of one (b, kv head): each flagged one (FLAG,
+    from either path) is redone on the token-tile path with SAFE products. One vector load
+    of the flags when none is set (clean inputs)."""
+    pid = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    p_flag = FLAG + i_bh.to(tl.int64) * N_TILES
+    i_f = pid * FIX + tl.arange(0, FIX)
+    if tl.max(tl.load(p_flag + i_f, mask=i_f < N_TILES, other=0)) > 0:
+        i = 0
+        while i < FIX:
+            pid_t = pid * FIX + i
+            if tl.load(p_flag + pid_t, mask=pid_t < N_TILES, other=0) != 0:
+                _sel_fwd_tile(
+                    Q, K, V, IDX, LIST, COUNT, O, LSE, pid_t, i_bh,
+                    i_bh.to(tl.int64) * N_TILES + pid_t, T, NB, Hq, G, qk_scale,
+                    S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, USE_LIST, FOR_LOOP, True,
+                )  # fmt: skip
+            i += 1
 
 
 def launch(kernel, grid, *args, num_stages, **kwargs):
@@ -565,27 +586,36 @@ def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_
     if min_blocks is not None:
         n_lists = forward_blocks.list_windows(dims.T, block_t) * dims.NB
         hist = torch.zeros(dims.B * dims.Hkv, n_lists, dtype=torch.int32, device=q.device)
-    lists, counts, flags = tile_loop_args(block_idx, block_size, block_t, hist, min_blocks or 0)
+    lists, counts, loop = tile_loop_args(block_idx, block_size, block_t, hist, min_blocks or 0)
     grid = (triton.cdiv(dims.T, block_t), dims.B * dims.Hkv)
+    flags = torch.zeros(grid[1], grid[0], dtype=torch.int32, device=q.device)
     qk_scale = dims.scale * LOG2E
     main = torch.cuda.current_stream(q.device) if side is not None else None
     if side is not None:
         side.wait_stream(main)  # the tile lists and counts, written on `main`
     with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
         launch(
-            _sel_fwd_kernel, grid, q, k, v, block_idx, lists, counts, o, lse,
+            _sel_fwd_kernel, grid, q, k, v, block_idx, lists, counts, o, lse, flags,
             dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,
             S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
-            BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **flags,
+            BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **loop,
             SKIP_BLOCK_TILES=hist is not None,
             num_warps=NUM_WARPS, num_stages=forward_stages(block_t),
         )  # fmt: skip
     if hist is not None:
         forward_blocks.block_major_forward(
-            q, k, v, block_idx, counts, hist, min_blocks, o, lse, dims, block_t, qk_scale
+            q, k, v, block_idx, counts, hist, min_blocks, o, lse, flags, dims, block_t, qk_scale
         )
     if side is not None:
         # Join: everything after the call on `main` (and the caching allocator's reuse of
         # this call's temporaries, which were allocated on `main`) waits for the tile kernel.
         main.wait_stream(side)
+    launch(
+        _sel_fwd_fix_kernel, (triton.cdiv(grid[0], FIX_TILES), grid[1]),
+        q, k, v, block_idx, lists, counts, o, lse, flags,
+        dims.T, dims.NB, dims.Hq, dims.G, qk_scale, grid[0],
+        S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
+        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **loop, FIX=FIX_TILES,
+        num_warps=NUM_WARPS, num_stages=1,
+    )  # fmt: skip
     return (o, lse) if return_lse else o

@@ -8,7 +8,8 @@ CUDA graph):
 
 1. Count (in forward.py's tile-list kernel): HIST[bh, w, j] = tokens of block-handled
    tiles of window w (LIST_WINDOW consecutive tokens) that kept block j (a row that lists
-   j twice counts once), one int32 atomic per distinct block of a tile. Each (window, block) pair has its own list, and the lists
+   j twice counts once), one int32 atomic per distinct block of a tile. Each
+   (window, block) pair has its own list, and the lists
    run window by window: the programs, which walk the lists in order, all work on one window
    at a time, so the window's q rows (each read by the S blocks its token chose) are read
    from DRAM about once and then hit in L2.
@@ -23,9 +24,10 @@ CUDA graph):
    places its code (CODE: the block, with a flag for a token inside the block: only such
    chunks need the causal mask). A slot naming a block that an earlier slot of its row
    named (in (block, slot) order it follows that slot) is dropped, so a repeated block
-   counts once, as in step 1's count. The order of tiles inside a list depends on the atomics'
-   order: it is nondeterministic. The tile's dropped slots get PART_L = -inf (no partial
-   will be written for them), so that the combine needs nothing but PART_L to tell them.
+   counts once, as in step 1's count. The order of tiles inside a list depends on the
+   atomics' order: it is nondeterministic. The tile's dropped slots get PART_L = -inf (no
+   partial will be written for them), so that the combine needs nothing but PART_L to tell
+   them.
 4. `_partial_kernel`: the lists of one (b, kv head) are cut into chunks of CHUNK entries
    (CHUNK * BLOCK_G query rows: the G heads of each entry's token). A chunk lies inside one
    block's list, so its block's K_j and V_j are loaded once, multiplied with the chunk's
@@ -33,15 +35,12 @@ CUDA graph):
    (p @ v) / l and lse_part = m + log2(l) (base 2), stored at PART_O[bh, t, s, g, :] /
    PART_L[bh, t, s, g]. Every kept block has a visible key (j * bs <= t), so lse_part is
    finite. Programs are persistent (PARTIAL_WAVES) and walk their chunks in a loop that
-   Triton software-pipelines (PARTIAL_STAGES): the loop body has no inner loop (its
-   branches, on chunks that need the causal mask, hold no load), so the next chunks' list
-   entries, gathered q rows and K/V blocks are copied to shared memory while this chunk
-   computes. Masked keys take no part in a row's partial: the causal mask covers k, and a
-   causal chunk whose p @ v comes out non-finite on a real row is recomputed with the
-   block's non-finite values zeroed and NaN in the rows that see one (forward.py's
-   `_visible_pv`); the other chunks' rows see every key of their block. A block chosen by every token (block 0 of the
-   'random' pattern) simply fills many chunks, so the load is balanced by construction;
-   the padding costs at most one partly empty chunk per list.
+   Triton software-pipelines (PARTIAL_STAGES): the loop body has no inner loop (its one
+   branch, the causal mask, holds no load), so the next chunks' list entries, gathered q
+   rows and K/V blocks are copied to shared memory while this chunk computes. A block
+   chosen by every token (block 0 of the 'random' pattern) simply fills many chunks, so the
+   load is balanced by construction; the padding costs at most one partly empty chunk per
+   list.
 5. `_combine_kernel`, per block-handled tile: for each row, the partials of its kept slots
    (those with a finite lse_part: a dropped slot's -inf from step 3 keeps its unwritten
    partial from being read), in slot order: with M = max lse_s and w_s = exp2(lse_s - M),
@@ -49,7 +48,13 @@ CUDA graph):
    (COMBINE_TWO_PASS) every slot's lse is read first, so M and the weights are known before
    the partials are read, all at once; otherwise M is a running max and the sums are
    rescaled when it grows. Rows with no kept slot get o = 0 and lse = -inf, as on the
-   token-tile path.
+   token-tile path. The combine also sets the tile's entry of the forward's FLAG to 1 when
+   a real row ends non-finite.
+
+Masked keys: a chunk that needs the causal mask multiplies p = 0 by the values of keys
+after a row's token (and by copies of key T - 1 past T), so a non-finite value there can
+reach a partial. The combined row then ends non-finite, the tile is flagged, and
+forward.py's fix-up kernel redoes it on the token-tile path over visible keys only.
 
 Determinism: a row's partial depends only on its own q row and its block (the tensor-core
 dot gives each output row the same result wherever the row sits in the tile), and it is
@@ -76,7 +81,6 @@ from .forward import (
     _repeats,
     _sorted_runs,
     _tile_rows,
-    _visible_pv,
     window_tiles,
 )
 
@@ -279,15 +283,7 @@ def _partial_chunk(
     else:
         b_rl = 1.0 / b_l
         b_lg = tl.log2(b_l)
-    b_p = b_p.to(b_v.dtype)
-    b_pv = tl.dot(b_p, b_v, input_precision=PREC)
-    if b_code % 2 == 1:
-        # Keys after a row's token (and the copies of key T - 1 read for keys past T) are
-        # hidden from it with p = 0, and a non-finite value there would make its sum NaN:
-        # when a real row's product is not finite, it is recomputed over visible keys only.
-        if _any_nonfinite(b_pv, ok):
-            b_pv = _visible_pv(b_p, b_v, i_k[None, :] <= i_t[:, None], PREC)
-    b_o = b_pv * b_rl[:, None]
+    b_o = tl.dot(b_p.to(b_v.dtype), b_v, input_precision=PREC) * b_rl[:, None]
     if OFF64:
         o_part = i_slot.to(tl.int64) * G + i_g
     else:
@@ -371,7 +367,7 @@ def _partial_kernel(
 
 @triton.jit
 def _combine_tile(
-    PART_O, PART_L, O, LSE, pid_t, i_bh, T, Hq, G,
+    PART_O, PART_L, O, LSE, FLAG, pid_t, i_bh, T, Hq, G, o_tile,
     S: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr,
     TWO_PASS: tl.constexpr,
 ):  # fmt: skip
@@ -429,14 +425,16 @@ def _combine_tile(
     no_key = b_l == 0
     b_l = tl.where(no_key, 1.0, b_l)
     b_lse = tl.where(no_key, float("-inf"), (m_safe + tl.log2(b_l)) * LN2)
-    p_out = O + o_row[:, None] + i_d[None, :]
-    tl.store(p_out, (b_acc / b_l[:, None]).to(O.dtype.element_ty), mask=row_ok[:, None])
+    b_o = b_acc / b_l[:, None]
+    bad = _any_nonfinite(b_o, row_ok)
+    tl.store(O + o_row[:, None] + i_d[None, :], b_o.to(O.dtype.element_ty), mask=row_ok[:, None])
     tl.store(LSE + o_row // D, b_lse, mask=row_ok)
+    tl.store(FLAG + o_tile, 1, mask=bad)
 
 
 @triton.jit
 def _combine_kernel(
-    COUNT, PART_O, PART_L, O, LSE, T, Hq, G, MIN_BLOCKS, N_TILES,
+    COUNT, PART_O, PART_L, O, LSE, FLAG, T, Hq, G, MIN_BLOCKS, N_TILES,
     S: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr,
     TWO_PASS: tl.constexpr,
 ):  # fmt: skip
@@ -454,8 +452,8 @@ def _combine_kernel(
         n_next = tl.load(p_count + nxt, mask=nxt < N_TILES, other=0)
         if n > MIN_BLOCKS:
             _combine_tile(
-                PART_O, PART_L, O, LSE, pid_t, i_bh, T, Hq, G, S, D, BLOCK_T, BLOCK_G,
-                TWO_PASS,
+                PART_O, PART_L, O, LSE, FLAG, pid_t, i_bh, T, Hq, G,
+                i_bh.to(tl.int64) * N_TILES + pid_t, S, D, BLOCK_T, BLOCK_G, TWO_PASS,
             )  # fmt: skip
         n = n_next
         pid_t = nxt
@@ -525,7 +523,7 @@ def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t, chunk,
 
 
 def block_major_forward(
-    q, k, v, block_idx, counts, hist, min_blocks, o, lse, dims, block_t, qk_scale
+    q, k, v, block_idx, counts, hist, min_blocks, o, lse, flags, dims, block_t, qk_scale
 ):  # fmt: skip
     """Write o and lse of the block-handled tiles (called by `selection_forward_triton`).
 
@@ -534,6 +532,8 @@ def block_major_forward(
         counts, hist, min_blocks: as for `block_lists`.
         o: [B, Hq, T, D], lse: fp32 [B, Hq, T], the forward's outputs: rows of block-handled
             tiles are written here, the others left alone.
+        flags: int32 [B * Hkv, n_tiles], zero-filled: set to 1 for each block-handled tile
+            with a real row that ended non-finite.
         block_t: tokens per tile (the forward's); qk_scale: softmax scale * log2(e).
     """
     BH = dims.B * dims.Hkv
@@ -568,7 +568,7 @@ def block_major_forward(
     if COMBINE_WAVES is not None:
         n_comb = min(n_tiles, triton.cdiv(COMBINE_WAVES * _multiprocessors(q.device), BH))
     _combine_kernel[(n_comb, BH)](
-        counts, part_o, part_l, o, lse, dims.T, dims.Hq, dims.G, min_blocks, n_tiles,
+        counts, part_o, part_l, o, lse, flags, dims.T, dims.Hq, dims.G, min_blocks, n_tiles,
         S=dims.S, D=dims.D, BLOCK_T=block_t, BLOCK_G=block_g, TWO_PASS=COMBINE_TWO_PASS,
         num_warps=COMBINE_WARPS,
     )  # fmt: skip
