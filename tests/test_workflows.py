@@ -373,18 +373,125 @@ def test_pr_gate_logic_kept():
     assert float(wf["env"]["GATE_CONFIRM_SUSPECT"]) <= float(wf["env"]["GATE_CONFIRM_FACTOR"])
     assert "asv compare" in script and 'exit "$CODE"' in script
     assert "ci.render_comment meta gate" in script
-    # the comment and the status are written from a hosted runner, with the default
-    # branch's scripts, for fork PRs too
+    # the comment is written from a hosted runner, with the default branch's scripts, for
+    # fork PRs too
     assert comment["runs-on"] == "ubuntu-latest"
     assert comment["needs"] == ["authorize", "gate"]
     assert "head.repo" not in comment["if"]
-    assert comment["permissions"] == {
-        "contents": "read", "pull-requests": "write", "statuses": "write",
-    }  # fmt: skip
+    assert comment["permissions"] == {"contents": "read", "pull-requests": "write"}
     assert comment["steps"][0]["with"]["ref"] == "${{ github.sha }}"
     text = "\n".join(s.get("run", "") for s in comment["steps"])
     assert "startswith(" in text and "--method PATCH" in text  # finds its comment by the marker
-    assert "statuses/$HEAD_SHA" in text and "context=gpu-gate" in text
+
+
+def test_pr_gate_judges_every_suspect_within_a_cap():
+    """The second stage always runs (it also fails lost numbers and an all-n/a head), with
+    the rules' settings from the env block, and the job's timeout leaves room for stage 1
+    plus the whole cap."""
+    wf = gate_workflow()
+    env, gate = wf["env"], wf["jobs"]["gate"]
+    script = "\n".join(s.get("run", "") for s in gate["steps"])
+    for flag, key in (("--sure", "GATE_CONFIRM_SURE"), ("--batch", "GATE_CONFIRM_BATCH"),
+                      ("--time-cap", "GATE_CONFIRM_TIME_CAP"),
+                      ("--rounds", "GATE_CONFIRM_ROUNDS")):  # fmt: skip
+        assert f'{flag} "${key}"' in script, flag
+    assert float(env["GATE_CONFIRM_SURE"]) == 1.03
+    assert float(env["GATE_CONFIRM_TIME_CAP"]) == 1800  # 30 min of the H200's time
+    assert "GATE_CONFIRM_MAX" not in env
+    confirm_at = script.index("-m ci.confirm")
+    guard = script.find('if [ "$GATE_CONFIRM_ROUNDS" -gt 0 ]')
+    assert guard == -1 or guard > confirm_at  # not behind the rounds switch
+    assert gate["timeout-minutes"] * 60 >= float(env["GATE_CONFIRM_TIME_CAP"]) + 30 * 60
+
+
+def test_pr_gate_verdict_always_runs_and_alone_sets_the_status():
+    """A skipped or failed gate can never leave a success behind: the status `gpu-gate` is
+    written only by the verdict job, which runs always, from ci/gate_verdict.py, on the
+    default branch's code, fed the jobs' results."""
+    wf = gate_workflow()
+    verdict = wf["jobs"]["verdict"]
+    assert verdict["if"] == "always()"
+    assert verdict["needs"] == ["authorize", "gate"]
+    assert verdict["runs-on"] == "ubuntu-latest"
+    assert verdict["permissions"] == {
+        "contents": "read", "pull-requests": "read", "statuses": "write",
+    }  # fmt: skip
+    assert verdict["steps"][0]["with"]["ref"] == "${{ github.sha }}"
+    (step,) = [s for s in verdict["steps"] if "run" in s]
+    assert "python3 -m ci.gate_verdict" in step["run"]
+    assert step["env"]["GATE_RESULT"] == "${{ needs.gate.result }}"
+    assert step["env"]["AUTH_RESULT"] == "${{ needs.authorize.result }}"
+    assert step["env"]["HEAD_SHA"] == "${{ needs.authorize.outputs.sha }}"
+    for path in WORKFLOWS:
+        for name, job in load(path)["jobs"].items():
+            if (path.name, name) == ("gpu-pr-gate.yml", "verdict"):
+                continue
+            assert "statuses" not in job.get("permissions", {}), (path.name, name)
+            assert "/statuses/" not in yaml.safe_dump(job), (path.name, name)
+
+
+def test_nothing_but_its_own_group_can_cancel_a_gate():
+    """No label (or any pull request event) starts the gate's workflow, it has no
+    workflow-level group, and its only group never cancels a run in progress."""
+    wf = gate_workflow()
+    assert set(wf["on"]) == {"issue_comment", "workflow_dispatch"}
+    assert "labeled" not in yaml.safe_dump(wf["on"])
+    assert "concurrency" not in wf
+    for name, job in wf["jobs"].items():
+        if "concurrency" in job:
+            assert job["concurrency"]["cancel-in-progress"] is False, name
+
+
+def test_no_workflow_skips_the_cuda_check():
+    for path in WORKFLOWS:
+        assert "--no-cuda-check" not in path.read_text(), path.name
+
+
+def test_results_are_checked_before_they_leave_the_runner():
+    for fname, job_name in (("gpu-history.yml", "bench"), ("gpu-backfill.yml", "shard")):
+        steps = jobs(fname)[job_name]["steps"]
+        pull = step_index(steps, lambda s: "ci.results_branch pull" in s.get("run", ""))
+        assert "ci.results_check manifest --results results --out pulled.txt" in steps[pull]["run"]
+        col = step_index(steps, lambda s: "ci.results_check collect" in s.get("run", ""))
+        run = steps[col]["run"]
+        assert "--known pulled.txt" in run and "--repo ." in run and "cp -r" not in run
+        up = step_index(steps, lambda s: s.get("uses", "").startswith("actions/upload-artifact"))
+        assert col < up and steps[up]["if"] == "${{ !cancelled() }}"
+        assert steps[up]["with"]["path"] == "out/"
+        checkout = steps[0]
+        assert checkout["with"]["fetch-depth"] == 0  # the kernels' history for the n/a rule
+
+
+def test_store_step_pushes_the_good_files_and_fails_on_a_bad_one(tmp_path):
+    """store-and-publish's own shell, with a local bare repository for GitHub: a truncated
+    result among the artifacts is neither merged nor pushed, the good one is, and the step
+    fails."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_ci_results_check import write_results
+
+    steps = jobs("store-and-publish.yml")["store"]["steps"]
+    script = steps[step_index(steps, lambda s: "ci.merge_results" in s.get("run", ""))]["run"]
+    work = tmp_path / "work"
+    good = write_results(work / "incoming" / "results-h200", ["a1" * 20])[0]
+    bad = write_results(work / "incoming" / "results-h100", ["b2" * 20], machine="h100")[0]
+    path = work / "incoming" / "results-h100" / bad
+    path.write_text(path.read_text()[:90])
+    remote = tmp_path / "srv" / "org" / "repo.git"
+    remote.parent.mkdir(parents=True)
+    git("init", "-q", "--bare", str(remote), cwd=tmp_path)
+    shim = tmp_path / "bin" / "python3"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} "$@"\n')
+    shim.chmod(0o755)
+    env = {"PATH": f"{shim.parent}:{os.environ['PATH']}", "HOME": str(tmp_path),
+           "MESSAGE": "test", "RESULTS_BRANCH_TOKEN": "", "GITHUB_REPOSITORY": "org/repo",
+           "GITHUB_SERVER_URL": f"file://{tmp_path / 'srv'}"}  # fmt: skip
+    res = subprocess.run(["bash", "-e", "-c", script], cwd=work, env=env, capture_output=True,
+                         text=True)  # fmt: skip
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert f"refused incoming/results-h100/{bad}: asv cannot load it" in res.stdout
+    files = git("ls-tree", "-r", "--name-only", "benchmark-results", cwd=remote).split()
+    assert f"results/{good}" in files and f"results/{bad}" not in files
 
 
 def test_deploys_share_one_concurrency_group():
