@@ -560,14 +560,16 @@ def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_
         q: [B, Hq, T, D] bf16/fp16/fp32, contiguous; D in {32, 64, 128}.
         k, v: [B, Hkv, T, D], q's dtype; Hq % Hkv == 0 (GQA, group G = Hq // Hkv).
         block_idx: [B, Hkv, T, S] int32/int64; slot j is used by query t when
-            0 <= j < ceil(T / block_size) and j * block_size <= t; valid entries of a row
-            must be distinct (see `validate_block_idx`).
+            0 <= j < ceil(T / block_size) and j * block_size <= t; a block named by
+            several slots of a row counts once (`validate_block_idx` checks for repeats).
         block_size: 16, 32, 64 or 128.
         scale: softmax scale, default D ** -0.5.
         return_lse: also return lse.
     Returns:
         o [B, Hq, T, D] in q's dtype; with return_lse, (o, lse) where lse is fp32 [B, Hq, T],
-        natural log, -inf for rows that see no key (their o row is 0).
+        natural log, -inf for rows that see no key (their o row is 0). Keys a row does not
+        see take no part in its row, NaN or inf included; a non-finite key or value it
+        sees makes the row non-finite.
     Unless FORWARD_SCHEDULE is "tile" (or "auto" with G > BLOCK_PATH_MAX_G or more than
     BLOCK_PATH_MAX_BYTES of temporaries), the call also allocates the block-major path's
     partial results (B * Hkv * T * S * G * D elements, see `forward_blocks`), whether or not
