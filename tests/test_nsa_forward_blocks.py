@@ -227,7 +227,10 @@ def chunk_codes(places, j, S, bs, chunk):
 
 def test_block_path_is_deterministic(schedule, monkeypatch):
     """Two calls agree bitwise, and so does a call whose block lists are shuffled within each
-    block (the order the fill kernel's atomics leave them in is not fixed on a GPU)."""
+    block (the order the fill kernel's atomics leave them in is not fixed on a GPU). Under
+    the interpreter a shuffle moves rows within a chunk's product, and numpy's matmul does
+    not give a row the same rounding at every position: there the shuffled call must agree
+    to fp32 rounding (the GPU's tensor-core dot is row-position invariant: bitwise)."""
     schedule("blocks")
     B, Hq, Hkv, T, D, bs, S = 1, 8, 2, 53, 32, 16, 4
     q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=35)
@@ -255,7 +258,11 @@ def test_block_path_is_deterministic(schedule, monkeypatch):
 
     monkeypatch.setattr(forward_blocks, "block_lists", shuffled)
     again = fwd(q, k, v, idx, bs, return_lse=True)
-    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    if q.is_cuda:
+        assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    else:
+        assert not torch.isnan(again[0]).any() and rel_err(again[0], first[0]) < 1e-6
+        assert torch.allclose(again[1], first[1], rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("prefetch", [False, True], ids=["", "prefetch"])
