@@ -537,6 +537,11 @@ def test_runner_doc_names_the_settings():
         "pages-deploy",
         "/gate <sha>",
         "ephemeral",
+        "`verdict` job",
+        "if: always()",
+        "python -m ci.results_branch repair",
+        "GATE_CONFIRM_TIME_CAP",
+        "asv.results.Results.load",
     ):
         assert needle in doc, needle
 
