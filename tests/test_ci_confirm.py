@@ -362,3 +362,40 @@ def test_main_refuses_a_suspect_ratio_above_the_factor(tmp_path, capsys):
              "1.006", "--out", str(tmp_path)]
         )  # fmt: skip
     assert "--suspect must not exceed --factor" in capsys.readouterr().err
+
+
+def test_main_reads_real_asv_result_files(tmp_path):
+    """No stand-in for the stored results: asv-format files of base and head (as
+    Results.save writes them) through asv's own reader. p0 is 10% slower with disjoint
+    intervals (beyond doubt, not re-run), p1 has no number at the head (out of memory, as
+    the OOM log says), p2 is a suspect at +0.8%; the compare after its re-run clears it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_ci_results_check import write_results
+
+    base_c, head_c = "1a" * 20, "2b" * 20
+    results = tmp_path / "results"
+    write_results(results, [base_c], values=(1.0, 1.0, 1.0))
+    write_results(results, [head_c], values=(1.1, float("nan"), 1.008))
+    name = "nsa.NsaForward.track_time({})"
+    p0, p1, p2 = (name.format(f"'p{i}'") for i in range(3))
+    na_reasons.record_oom(na_reasons.log_path(results, "h200"), head_c,
+                          "nsa.NsaForward.track_time", ["'p1'"])  # fmt: skip
+    fake = tmp_path / "fake_asv.py"
+    fake.write_text(FAKE_ASV)
+    calls, canned, cont = tmp_path / "calls.txt", tmp_path / "compare.txt", tmp_path / "c.log"
+    canned.write_text(table(("", "1.001", p2)))
+    cont.write_text(table(("+", "1.10", p0)))
+    out = tmp_path / "gate"
+    rc = confirm.main([
+        "--machine", "h200", "--base", base_c, "--head", head_c, "--continuous-log", str(cont),
+        "--continuous-code", "1", "--rounds", "6", "--suspect", "1.005", "--factor", "1.006",
+        "--out", str(out), "--results", str(results),
+        "--asv", f"{sys.executable} {fake} {calls} {canned}",
+    ])  # fmt: skip
+    verdict = json.loads((out / "confirm.json").read_text())
+    assert rc == 1
+    assert verdict["sure"] == [p0] and verdict["suspects"] == [p2] and verdict["cleared"] == []
+    assert verdict["lost"] == [{"name": p1, "reason": "out-of-memory", "label": "out of memory",
+                                "base": 1.0}]  # fmt: skip
+    (run, _) = [json.loads(ln) for ln in calls.read_text().splitlines()]
+    assert [n for n in (p0, p1, p2) if re.search(run[run.index("-b") + 1], n)] == [p2]
