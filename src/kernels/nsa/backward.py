@@ -38,9 +38,9 @@ has P = dS = 0, and 0 * NaN = NaN:
 * dq kernel: keys after the tile's last token (and past T) are loaded as 0. A non-finite v
   at a key hidden from a row makes the row's dS = 0 * (NaN - delta) there, and a
   non-finite k anywhere in the block makes dS k (a sum over the block's keys) NaN on every
-  row. When the plain pass leaves a non-finite dq on a row of the tile, the tile runs
-  again with dS selected on the visible keys and k's non-finite entries as 0 (SAFE);
-  clean inputs pay one check per tile.
+  row. When the plain pass leaves a non-finite dq on a row of the tile, a second launch
+  redoes that tile with dS selected on the visible keys and k's non-finite entries as 0
+  (SAFE); clean inputs pay one check per tile and the second launch's early exits.
 * dk/dv kernel: dk = dS^T q and dv = P^T do sum over query rows; P is selected on the
   visible keys, and a non-finite delta (a row that sees a non-finite key or value) enters
   as 0, so such a row cannot reach, through dS = 0 * (dp - delta), keys it cannot see.
@@ -170,15 +170,13 @@ def _dq_tile(
 
 
 @triton.jit
-def _sel_bwd_dq_kernel(
-    Q, K, V, IDX, LIST, COUNT, O, DO, LSE, DELTA, LSE_LO, DQ,
+def _sel_bwd_dq_tile(
+    Q, K, V, IDX, LIST, COUNT, O, DO, LSE, DELTA, LSE_LO, DQ, FLAG, pid_t, i_bh, o_tile,
     T, NB, Hq, G, qk_scale, scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
-    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr,
+    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, SAFE: tl.constexpr,
 ):  # fmt: skip
-    pid_t = tl.program_id(0)
-    i_bh = tl.program_id(1)
     Hkv = Hq // G
     i_b = i_bh // Hkv
     i_h = i_bh % Hkv
@@ -198,22 +196,13 @@ def _sel_bwd_dq_kernel(
     b_lse = tl.where(b_lse == float("-inf"), 0.0, b_lse)
     b_j, i_s = _tile_slots(p_idx, i_t, T, NB, S, BS, S_PAD)
     t_last = tl.minimum(pid_t * BLOCK_T + BLOCK_T - 1, T - 1)
-    # Masked keys: dS k and dS = P (dp - delta) run over whole blocks, where a key hidden from
-    # a row (another token's selection, or the row's future) has P = dS = 0, and a non-finite
-    # k or v there would make that row NaN (0 * NaN). The plain pass has no guard; when it
-    # leaves a non-finite dq on some row, the tile runs again with the guards (SAFE). Clean
-    # inputs pay one check per tile.
     b_dq, b_r = _dq_tile(
         K, V, IDX, LIST, COUNT, pid_t, i_bh, p_kv, b_q, b_do, b_lse, b_delta, b_j, i_s, i_t,
         row_ok, t_last, T, NB, qk_scale, S, D, BS, BLOCK_T, BLOCK_T * BLOCK_G, PREC,
-        USE_LIST, FOR_LOOP, False,
+        USE_LIST, FOR_LOOP, SAFE,
     )  # fmt: skip
-    if _nonfinite_in(b_dq, row_ok):
-        b_dq, b_r = _dq_tile(
-            K, V, IDX, LIST, COUNT, pid_t, i_bh, p_kv, b_q, b_do, b_lse, b_delta, b_j, i_s,
-            i_t, row_ok, t_last, T, NB, qk_scale, S, D, BS, BLOCK_T, BLOCK_T * BLOCK_G, PREC,
-            USE_LIST, FOR_LOOP, True,
-        )  # fmt: skip
+    if not SAFE:
+        tl.store(FLAG + o_tile, _nonfinite_in(b_dq, row_ok).to(tl.int32))
     # Renormalise: P' = exp2(s - lse) sums to r = 2^-e instead of 1 when the forward's lse is
     # off by e (an fp32 lse near 100 carries an error of ~1e-5, and |s| that large is where
     # it shows). dS is linear in P, so dq = dq' / r; lo = log2(r) lets the dk/dv kernel use
@@ -224,6 +213,37 @@ def _sel_bwd_dq_kernel(
     tl.store(LSE_LO + o_row // D, tl.log2(b_r), mask=row_ok)
     b_dq = b_dq * (scale / b_r)[:, None]
     tl.store(DQ + p_rows, b_dq.to(DQ.dtype.element_ty), mask=row_ok[:, None])
+
+
+@triton.jit
+def _sel_bwd_dq_kernel(
+    Q, K, V, IDX, LIST, COUNT, O, DO, LSE, DELTA, LSE_LO, DQ, FLAG,
+    T, NB, Hq, G, qk_scale, scale,
+    S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
+    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, SAFE: tl.constexpr,
+):  # fmt: skip
+    """dq, delta and lo of one token tile.
+
+    Masked keys: dS = P (dp - delta) and dS k run over whole blocks, where a key hidden from
+    a row (another token's selection, or the row's future) has P = dS = 0, and a non-finite
+    k or v there would make that row NaN (0 * NaN). The plain launch (SAFE=False) has no
+    guard and sets FLAG[tile] when it leaves a non-finite dq on a row; the SAFE launch
+    redoes only the flagged tiles, with the guards. Two launches rather than a second loop
+    in one kernel: the guarded loop's registers would count against every plain tile.
+    """
+    pid_t = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    o_tile = i_bh.to(tl.int64) * tl.num_programs(0) + pid_t
+    todo = True
+    if SAFE:
+        todo = tl.load(FLAG + o_tile) != 0
+    if todo:
+        _sel_bwd_dq_tile(
+            Q, K, V, IDX, LIST, COUNT, O, DO, LSE, DELTA, LSE_LO, DQ, FLAG, pid_t, i_bh, o_tile,
+            T, NB, Hq, G, qk_scale, scale, S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, USE_LIST,
+            FOR_LOOP, SAFE,
+        )  # fmt: skip
 
 
 @triton.jit
@@ -434,14 +454,18 @@ def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale):
     rows = forward.TILE_ROWS if DQ_ROWS is None else DQ_ROWS
     block_g, block_t, prec = tile_config(dims.G, q.dtype, rows)
     lists, counts, flags = tile_loop_args(block_idx, block_size, block_t)
-    launch(
-        _sel_bwd_dq_kernel, (triton.cdiv(dims.T, block_t), dims.B * dims.Hkv),
-        q, k, v, block_idx, lists, counts, o, do, lse, delta, lse_lo, dq,
-        dims.T, dims.NB, dims.Hq, dims.G, qk_scale, dims.scale,
-        S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
-        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **flags,
-        num_warps=DQ_WARPS, num_stages=DQ_STAGES,
-    )  # fmt: skip
+    grid = (triton.cdiv(dims.T, block_t), dims.B * dims.Hkv)
+    # One int32 per tile, written by the plain launch for every tile, read by the SAFE one.
+    redo = torch.empty(grid[0] * grid[1], dtype=torch.int32, device=q.device)
+    for safe in (False, True):
+        launch(
+            _sel_bwd_dq_kernel, grid,
+            q, k, v, block_idx, lists, counts, o, do, lse, delta, lse_lo, dq, redo,
+            dims.T, dims.NB, dims.Hq, dims.G, qk_scale, dims.scale,
+            S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
+            BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **flags, SAFE=safe,
+            num_warps=DQ_WARPS, num_stages=DQ_STAGES,
+        )  # fmt: skip
     return dq, delta, lse_lo
 
 
