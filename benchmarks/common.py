@@ -196,6 +196,19 @@ def benchmark_name(obj, method_name):
     return f"{module}.{type(obj).__name__}.{method_name}"
 
 
+@functools.cache
+def _na_reasons():
+    """ci/na_reasons.py, loaded by its path: asv's benchmark processes can import the
+    suite's own package but not the repository's `ci` package."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "ci" / "na_reasons.py"
+    spec = importlib.util.spec_from_file_location("attnbench_na_reasons", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def record_oom(obj, method_name, params):
     """Append the point (benchmark `obj.method_name` at `params`) to the OOM log named by
     $ATTNBENCH_NA_LOG, in ci/na_reasons.py's encoding (asv's parameter strings: each value's
@@ -203,8 +216,7 @@ def record_oom(obj, method_name, params):
     path = os.environ.get(NA_LOG_ENV, "").strip()
     if not path:
         return
-    from ci import na_reasons  # the repository root is on sys.path in asv's processes
-
+    na_reasons = _na_reasons()
     commit = os.environ.get("ASV_COMMIT", "unknown")
     name = benchmark_name(obj, method_name)
     na_reasons.record_oom(path, commit, name, [repr(p) for p in params])

@@ -118,7 +118,13 @@ def test_patched_kda_fused_verify_writes_the_same_bytes(kernel, tmp_path):
     def run(fn):
         x = bkda.make_inputs(B, H, HV, "fused+ring", seed=4)
         o = bkda.make_call(
-            SimpleNamespace(fused_kda_conv_gating_verify=fn), "fused+ring", x, B, H, HV, -5.0
+            SimpleNamespace(module=kkda, fused_kda_conv_gating_verify=fn),
+            "fused+ring",
+            x,
+            B,
+            H,
+            HV,
+            -5.0,
         )()
         return o, x
 

@@ -108,18 +108,17 @@ NSA_HUNKS = (
         "EXTRA: tl.constexpr,",
     ),
     Hunk(
-        "def launch(kernel, grid, *args, num_stages, **kwargs):",
+        "tl.store(FLAG + o_tile, 1, mask=bad)",
         "# gate-study extra work: EXTRA dependent steps per row of the tile, after the tile's\n"
         "# own stores; the store needs gate_never > 0, which the wrapper never passes.\n"
         "i_x = tl.arange(0, BLOCK_T * BLOCK_G)\n"
         "b_x = tl.zeros([BLOCK_T * BLOCK_G], dtype=tl.float32) + qk_scale\n"
         + _CHAIN
-        + "tl.store(LSE + i_x, b_x, mask=(i_x >= 0) & (gate_never > 0.0))\n\n\n",
-        before=True,
+        + "tl.store(LSE + i_x, b_x, mask=(i_x >= 0) & (gate_never > 0.0))\n",
         indent=4,
     ),
     Hunk("dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,", "0.0,  # gate_never"),
-    Hunk("BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **flags,", "EXTRA={extra},"),
+    Hunk("BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **loop,", "EXTRA={extra},"),
 )
 
 # The NSA patch with the amount as a runtime argument, counted down by a `while` loop
@@ -127,7 +126,7 @@ NSA_HUNKS = (
 NSA_LOOP_HUNKS = (
     Hunk("T, NB, Hq, G, qk_scale, MIN_BLOCKS,", "gate_never, gate_steps,"),
     Hunk(
-        "def launch(kernel, grid, *args, num_stages, **kwargs):",
+        "tl.store(FLAG + o_tile, 1, mask=bad)",
         "# gate-study extra work: gate_steps dependent steps per row of the tile, after the\n"
         "# tile's own stores; the store needs gate_never > 0, which the wrapper never passes.\n"
         "i_x = tl.arange(0, BLOCK_T * BLOCK_G)\n"
@@ -136,8 +135,7 @@ NSA_LOOP_HUNKS = (
         "while n_x < gate_steps:\n"
         "    b_x = b_x * 0.9990234375 + 0.5\n"
         "    n_x += 1.0\n"
-        "tl.store(LSE + i_x, b_x, mask=(i_x >= 0) & (gate_never > 0.0))\n\n\n",
-        before=True,
+        "tl.store(LSE + i_x, b_x, mask=(i_x >= 0) & (gate_never > 0.0))\n",
         indent=4,
     ),
     Hunk(
