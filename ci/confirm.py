@@ -21,7 +21,9 @@ commits' stored results and sorts the timing points (`time_*`, `track_time*`):
 - A batch is started only while the time spent re-running stays within `--time-cap`
   seconds (a batch's size shrinks to the points that fit at the pace measured so far).
   The suspects left when the cap is reached are **unjudged**: they are listed, and one on
-  the slower side (a ratio above 1, or a stage-1 flag) fails the gate. None is dropped.
+  the slower side (a ratio above 1, or a stage-1 flag) fails the gate. None is dropped. A
+  suspect whose stored samples did not grow on both sides (a re-run that recorded nothing)
+  counts as unjudged too: its compare row would rest on stage 1's samples alone.
 
 Besides the timings, a number that vanished fails the gate: a point the base measured and
 the head did not (out of memory, failed, skipped by the benchmark's choice, not run: the
@@ -64,7 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ci import na_reasons
-from ci.asv_results import stored_points
+from ci.asv_results import stored_points, stored_samples
 from ci.fileio import write_text_atomic
 from ci.render_comment import Row, parse
 
@@ -249,7 +251,10 @@ def decide(stage1_code, plan, judged, unjudged, stage1_slower, rows, lost=(), no
     if plan.kept:
         why.append(f"{len(plan.kept)} stage-1 flag(s) not re-run, kept")
     if v.unjudged_slower:
-        why.append(f"{len(v.unjudged_slower)} slower suspect(s) not judged within the time cap")
+        why.append(
+            f"{len(v.unjudged_slower)} slower suspect(s) not judged within the time cap "
+            "(or their re-run recorded nothing)"
+        )
 
     if stage1_code == 2:
         v.code, lead = 2, "stage 1 had a failing benchmark"
@@ -273,6 +278,17 @@ def decide(stage1_code, plan, judged, unjudged, stage1_slower, rows, lost=(), no
     if v.unjudged_faster:
         v.reason += f"; {len(v.unjudged_faster)} faster suspect(s) not judged (no regression)"
     return v
+
+
+def not_retimed(judged, before, after, rows):
+    """The judged suspects whose stored samples did not grow on both sides (a re-run that
+    recorded nothing: its compare row would be stage 1's samples at the lower factor), a
+    failure row ("!") excepted. before/after: {commit: {point: samples}}."""
+    failed = {r.name for r in rows if r.mark == "!"}
+    return [
+        n for n in judged if n not in failed
+        and any(len(after[c].get(n, ())) <= len(before[c].get(n, ())) for c in before)
+    ]  # fmt: skip
 
 
 def merged_table(stage1, again, judged):
@@ -371,8 +387,10 @@ def main(argv=None, clock=time.monotonic):
         ]  # fmt: skip
         run_asv(run, run_log, mode="a")
 
+    sides = (args.base, args.head)
+    before = {c: stored_samples(args.results, args.machine, c) for c in sides}
     judged, unjudged, spent = retime(plan.suspects, args.batch, args.time_cap, run_batch, clock)
-    rows = []
+    rows, lost_rerun = [], []
     if judged:
         compare = [
             *asv, "compare", *conf, "--machine", args.machine, "--factor", str(args.factor),
@@ -381,6 +399,10 @@ def main(argv=None, clock=time.monotonic):
         res = subprocess.run(compare, capture_output=True, text=True)
         write_text_atomic(args.out / "confirm-compare.txt", res.stdout)
         rows = parse(res.stdout)
+        after = {c: stored_samples(args.results, args.machine, c) for c in sides}
+        lost_rerun = not_retimed(judged, before, after, rows)
+        judged = [n for n in judged if n not in lost_rerun]
+        unjudged = [n for n in plan.suspects if n in set(unjudged) | set(lost_rerun)]
     shown = parse(args.stage1_compare.read_text()) if args.stage1_compare else stage1
     write_text_atomic(args.out / "final-compare.txt", merged_table(shown, rows, set(judged)))
     v = decide(code1, plan, judged, unjudged, slower, rows, lost, no_number)
@@ -391,7 +413,7 @@ def main(argv=None, clock=time.monotonic):
         "sure": plan.sure, "confirmed": v.confirmed, "cleared": v.cleared, "kept": plan.kept,
         "unjudged_slower": v.unjudged_slower, "unjudged_faster": v.unjudged_faster,
         "lost": [{"name": n, "reason": r.value, "label": r.label, "base": b} for n, r, b in lost],
-        "head_has_no_number": no_number, "time_cap_s": args.time_cap,
+        "not_retimed": lost_rerun, "head_has_no_number": no_number, "time_cap_s": args.time_cap,
         "stage2_s": round(spent, 1),
     }  # fmt: skip
     write_json(args.out / "confirm.json", verdict)

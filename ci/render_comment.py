@@ -185,8 +185,8 @@ def render_section(
     if unjudged:
         cap = (confirm or {}).get("time_cap_s")
         out += ["", f"#### Not judged: {len(unjudged)} slower suspect(s) left when the "
-                    f"second stage reached its time cap ({cap} s); the gate fails", "",
-                names_list(unjudged)]  # fmt: skip
+                    f"second stage reached its time cap ({cap} s), or whose re-run recorded "
+                    "nothing; the gate fails", "", names_list(unjudged)]  # fmt: skip
     faster = (confirm or {}).get("unjudged_faster") or []
     if faster:
         out += ["", f"Not judged either (faster at stage 1, no regression): {len(faster)} "

@@ -194,6 +194,25 @@ if args[0] == "compare":
 """
 
 
+def samples_from_calls(calls, lazy=()):
+    """A stand-in for stored_samples: a point has one sample per logged `asv run` that
+    selected it (none for the points of `lazy`, whose re-runs record nothing)."""
+
+    def stored_samples(results, machine, commit):
+        lines = calls.read_text().splitlines() if calls.exists() else []
+        runs = [json.loads(ln) for ln in lines if json.loads(ln)[0] == "run"]
+        out = {}
+        for run in runs:
+            rx = run[run.index("-b") + 1]
+            for name in (A, B, C, D, *[P.format("", i) for i in range(10)],
+                         *[f"nsa.NsaForward.track_time('p{i}')" for i in range(3)]):  # fmt: skip
+                if re.search(rx, name) and name not in lazy:
+                    out.setdefault(name, []).append(1.0)
+        return out
+
+    return stored_samples
+
+
 def run_main(tmp_path, monkeypatch, stage1_rows, code, base, head, compare_rows, *extra, **kw):
     """main() with stored medians `base`/`head` ({name: value}, or Points) and a stand-in
     asv that logs its calls and prints `compare_rows` as its compare output."""
@@ -210,6 +229,7 @@ def run_main(tmp_path, monkeypatch, stage1_rows, code, base, head, compare_rows,
     b_id, h_id = kw.get("ids", ("BASE", "HEAD"))
     stored = {b_id: as_points(base), h_id: as_points(head)}
     monkeypatch.setattr(confirm, "stored_points", lambda res, machine, commit: stored[commit])
+    monkeypatch.setattr(confirm, "stored_samples", samples_from_calls(calls, kw.get("lazy", ())))
     out = tmp_path / "gate"
     argv = [
         "--machine", "h200", "--base", b_id, "--head", h_id, "--continuous-log", str(cont),
@@ -284,6 +304,7 @@ def test_main_lists_unjudged_suspects_past_the_cap_and_fails(tmp_path, monkeypat
     judged, left = verdict["suspects"], verdict["unjudged_slower"]
     assert rc == 1 and left and judged and sorted(judged + left) == sorted(names)
     assert "not judged within the time cap" in verdict["reason"]
+    assert verdict["not_retimed"] == []
     assert json.loads((out / "suspects.json").read_text())["unjudged"] == left
     # the unjudged keep stage 1's rows in the table (never stage 2's, at its lower factor)
     assert {r.name for r in parse((out / "final-compare.txt").read_text())} <= set(names)
@@ -364,7 +385,7 @@ def test_main_refuses_a_suspect_ratio_above_the_factor(tmp_path, capsys):
     assert "--suspect must not exceed --factor" in capsys.readouterr().err
 
 
-def test_main_reads_real_asv_result_files(tmp_path):
+def test_main_reads_real_asv_result_files(tmp_path, monkeypatch):
     """No stand-in for the stored results: asv-format files of base and head (as
     Results.save writes them) through asv's own reader. p0 is 10% slower with disjoint
     intervals (beyond doubt, not re-run), p1 has no number at the head (out of memory, as
@@ -386,6 +407,8 @@ def test_main_reads_real_asv_result_files(tmp_path):
     canned.write_text(table(("", "1.001", p2)))
     cont.write_text(table(("+", "1.10", p0)))
     out = tmp_path / "gate"
+    # asv's own samples are not appended by the stand-in asv: count its runs instead
+    monkeypatch.setattr(confirm, "stored_samples", samples_from_calls(calls))
     rc = confirm.main([
         "--machine", "h200", "--base", base_c, "--head", head_c, "--continuous-log", str(cont),
         "--continuous-code", "1", "--rounds", "6", "--suspect", "1.005", "--factor", "1.006",
@@ -399,3 +422,17 @@ def test_main_reads_real_asv_result_files(tmp_path):
                                 "base": 1.0}]  # fmt: skip
     (run, _) = [json.loads(ln) for ln in calls.read_text().splitlines()]
     assert [n for n in (p0, p1, p2) if re.search(run[run.index("-b") + 1], n)] == [p2]
+
+
+def test_a_re_run_that_recorded_nothing_leaves_its_suspects_unjudged(tmp_path, monkeypatch):
+    """The batch's asv run wrote no sample for C (a build that broke, a crash): C's compare
+    row would be stage 1's samples at the lower factor, so C is unjudged, listed, and, on the
+    slower side, fails the gate; A, re-run, is judged."""
+    base, head = {A: 1.0, C: 1.0}, {A: 1.008, C: 1.007}
+    rc, calls, out = run_main(tmp_path, monkeypatch, [], 0, base, head,
+                              [("", "1.001", A), ("", "1.001", C)], lazy=(C,))  # fmt: skip
+    verdict = json.loads((out / "confirm.json").read_text())
+    assert rc == 1 and verdict["suspects"] == [A] and verdict["not_retimed"] == [C]
+    assert verdict["unjudged_slower"] == [C]
+    final = {r.name: r.ratio for r in parse((out / "final-compare.txt").read_text())}
+    assert final == {A: "1.001"}  # C keeps stage 1's row (none in this stage-1 table)
