@@ -102,9 +102,12 @@ def test_calls_inside_a_callers_cuda_graph_match_eager(pattern):
     idx = make(B, Hkv, T, bs, S, "cuda")
     q, k, v, do = values()  # the static inputs every graph reads
     o, lse = selection_forward_triton(q, k, v, idx, bs, return_lse=True)  # static too
-    leaves = [t.detach().requires_grad_() for t in (q, k, v)]  # q, k and v's storage
 
     def autograd_step():
+        # Fresh leaves on q, k and v's storage at every call: a leaf's gradient accumulator
+        # lives on the stream of its first use, and one made by an eager call on the
+        # default stream cannot join a capture.
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
         out = selection_attention(*leaves, idx, bs)
         return (out, *torch.autograd.grad(out, leaves, do))
 
