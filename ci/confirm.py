@@ -25,6 +25,18 @@ commits' stored results and sorts the timing points (`time_*`, `track_time*`):
   suspect whose stored samples did not grow on both sides (a re-run that recorded nothing)
   counts as unjudged too: its compare row would rest on stage 1's samples alone.
 
+The host-paced figures (`track_time_eager`, `track_time_host`, in every class: the names
+matching HOST_FIGURE) move more between processes than the graph-replay `track_time`, so
+they have a factor of their own, `--host-factor` (graph figures keep `--factor`, `--sure` and
+stage 1's factor). For a host figure the flag beyond doubt needs a ratio of at least
+max(`--sure`, `--host-factor`); a stage-1 flag below that is re-run like any suspect (with
+`--rounds 0`, one whose stage-1 ratio is below `--host-factor` is cleared on that ratio:
+stage 1's factor is not its factor); the pooled samples are judged by a second
+`asv compare --factor HOST_FACTOR`. Its ratios are read in units of its own factor: a host
+figure is a suspect when its log-ratio, divided by log(host) / log(factor), lies beyond
+`--suspect`, and the suspects are ordered by that scaled distance, so noise within the host
+factor neither crowds out the graph suspects nor fills the time cap.
+
 Besides the timings, a number that vanished fails the gate: a point the base measured and
 the head did not (out of memory, failed, skipped by the benchmark's choice, not run: the
 reasons of ci/na_reasons.py, the OOM log beside the results), and a head where no point has
@@ -39,14 +51,15 @@ else 0. A stage-1 flag that stage 2 clears passes: that is a false flag avoided.
 
     python -m ci.confirm --machine h200 --base SHA --head SHA \
         --continuous-log gate/continuous.log --continuous-code 1 --rounds 6 \
-        --suspect 1.005 --factor 1.006 --out gate [--sure 1.03] [--batch 8] \
+        --suspect 1.005 --factor 1.006 --out gate [--host-factor 1.05] [--sure 1.03] [--batch 8] \
         [--time-cap 1800] [--asv ".venv/bin/asv"] [--stage1-compare gate/compare.txt] \
         [--config asv.conf.json] [--results results] [--run-args "--launch-method spawn"]
 
 Writes to --out: suspects.json (the plan: every suspect, the flags beyond doubt, every
 point's stage-1 ratio; after the re-runs, which suspects were judged and which not),
 confirm-run.log, confirm-compare.txt (asv compare of every point at --factor after the
-re-runs: the judged suspects' rows from pooled samples), final-compare.txt (stage 2's rows
+re-runs: the judged suspects' rows from pooled samples; confirm-compare-host.txt the same at
+--host-factor, when a host figure was judged), final-compare.txt (stage 2's rows
 for the judged suspects, stage 1's for the rest, from --stage1-compare if given, else
 from the continuous log: what the gate decided on) and confirm.json (the verdict, why,
 and every list the PR comment shows). Prints the exit code's reason.
@@ -62,7 +75,7 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ci import na_reasons
@@ -74,6 +87,9 @@ from ci.render_comment import Row, parse
 SURE_RATIO = 1.03
 TIME_CAP_S = 1800.0
 BATCH = 8
+# The host-paced timing figures: back-to-back eager calls timed by device events, and host
+# time per call. Both carry the host's jitter, which a graph replay does not.
+HOST_FIGURE = re.compile(r"\.track_time_(eager|host)\b")
 
 
 def flagged(rows):
@@ -85,6 +101,17 @@ def is_timing(name):
     """Whether a point is a timing (`time_*`, any `track_time*`): only timings are noisy
     enough to need a second look; a peak-VRAM figure is the same in every process."""
     return Row("", "", "", "", name).kind == "time"
+
+
+def is_host_figure(name):
+    """Whether a point is a host-paced timing (HOST_FIGURE), judged at the host factor."""
+    return HOST_FIGURE.search(name) is not None
+
+
+def factor_for(name, factor, host_factor=None):
+    """The factor that judges a point: host_factor for a host figure (when given), else
+    factor."""
+    return host_factor if host_factor is not None and is_host_figure(name) else factor
 
 
 def measured(point):
@@ -120,38 +147,63 @@ class Plan:
 
     sure: timing flags beyond doubt (kept, not re-run); suspects: timing points to re-run,
     in order; kept: stage-1 flags that are not re-run for another reason (not timings, or
-    stage 2 is off); ratios: every point's stage-1 median ratio.
+    stage 2 is off); rejudged: host-figure flags that stage 2, off, clears because their
+    stage-1 ratio is below the host factor; ratios: every point's stage-1 median ratio.
     """
 
     sure: list[str] = field(default_factory=list)
     suspects: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
+    rejudged: list[str] = field(default_factory=list)
     ratios: dict[str, float] = field(default_factory=dict)
 
 
-def plan_stage2(base, head, slower, suspect, sure=SURE_RATIO, rerun=True):
+def plan_stage2(
+    base, head, slower, suspect, sure=SURE_RATIO, rerun=True, factor=None, host_factor=None
+):
     """The Plan for stage 1's flags `slower` (names) over stored Points `base`/`head`.
 
     suspect: the ratio beyond which (either way) a timing point is re-run, >= 1 (1: every
     timing point); sure: the ratio of a flag beyond doubt; rerun False: stage 2 is off
-    (stage 1's flags are all kept, no suspect)."""
+    (stage 1's flags are all kept, no suspect, a host figure's below host_factor aside).
+    host_factor: the factor of the host figures (None: they are judged as the others);
+    it needs factor, stage 2's factor for the others, with 1 < factor <= host_factor. A
+    host figure's flag beyond doubt then needs max(sure, host_factor), and its log-ratio
+    counts in units of log(host_factor) / log(factor) for `suspect` and the order."""
     if suspect < 1.0:
         raise ValueError(f"--suspect must be >= 1, got {suspect}")
+    if host_factor is not None and (factor is None or not 1.0 < factor <= host_factor):
+        raise ValueError(
+            f"--host-factor needs 1 < --factor <= --host-factor, got {factor}, {host_factor}"
+        )
+    scale = 1.0 if host_factor is None else math.log(host_factor) / math.log(factor)
+
+    def unit(n):
+        """What one unit of log-ratio weighs for this point (its factor's, over factor's)."""
+        return scale if is_host_figure(n) else 1.0
+
+    def sure_of(n):
+        return max(sure, host_factor) if host_factor is not None and is_host_figure(n) else sure
+
     ratio = ratios_of(base, head)
     flags = list(dict.fromkeys(slower))
     if not rerun:
-        return Plan(kept=flags, ratios=ratio)
+        below = [
+            n for n in flags if host_factor is not None and is_host_figure(n)
+            and n in ratio and ratio[n] < host_factor
+        ]  # fmt: skip
+        return Plan(kept=[n for n in flags if n not in below], rejudged=below, ratios=ratio)
     plan = Plan(ratios=ratio)
     plan.kept = [n for n in flags if not is_timing(n)]
     timing_flags = [n for n in flags if is_timing(n)]
-    plan.sure = [n for n in timing_flags if beyond_doubt(base.get(n), head.get(n), sure)]
+    plan.sure = [n for n in timing_flags if beyond_doubt(base.get(n), head.get(n), sure_of(n))]
     doubtful = [n for n in timing_flags if n not in plan.sure]
-    doubtful.sort(key=lambda n: -ratio.get(n, math.inf))
-    dist = {n: abs(math.log(r)) for n, r in ratio.items()}
+    doubtful.sort(key=lambda n: -math.log(ratio[n]) / unit(n) if n in ratio else -math.inf)
+    dist = {n: abs(math.log(r)) / unit(n) for n, r in ratio.items()}
     # --suspect 1: every timing point (a test of the plumbing), else those strictly beyond.
     far = [n for n in ratio if is_timing(n) and n not in flags
            and (suspect == 1.0 or dist[n] > math.log(suspect))]  # fmt: skip
-    up = sorted((n for n in far if ratio[n] >= 1.0), key=lambda n: -ratio[n])
+    up = sorted((n for n in far if ratio[n] >= 1.0), key=lambda n: -dist[n])
     down = sorted((n for n in far if ratio[n] < 1.0), key=lambda n: -dist[n])
     plan.suspects = doubtful + up + down
     return plan
@@ -231,6 +283,7 @@ def decide(stage1_code, plan, judged, unjudged, stage1_slower, rows, lost=(), no
     failed = [n for n in judged if n in by_name and by_name[n].mark == "!"]
     missing = [n for n in judged if n not in by_name]
     v.cleared = [n for n in stage1_slower if n in judged and n not in v.confirmed + failed]
+    v.cleared += [n for n in plan.rejudged if n not in v.cleared]
     up = set(stage1_slower) | {n for n in unjudged if plan.ratios.get(n, math.inf) >= 1.0}
     v.unjudged_slower = [n for n in unjudged if n in up]
     v.unjudged_faster = [n for n in unjudged if n not in up]
@@ -291,16 +344,35 @@ def not_retimed(judged, before, after, rows):
     ]  # fmt: skip
 
 
-def merged_table(stage1, again, judged):
+def merged_table(stage1, again, judged, rejudged=()):
     """One compare table: stage 2's row for a judged suspect (pooled samples, its factor),
     stage 1's row for every other point (its factor), in stage 1's order; judged suspects
-    stage 1's table did not show come last."""
+    stage 1's table did not show come last. A rejudged point (a host figure's stage-1 flag
+    below its factor) keeps stage 1's row without the slower mark."""
     second = {r.name: r for r in again}
-    rows = [second.get(r.name, r) if r.name in judged else r for r in stage1]
+    rows = [
+        second.get(r.name, r) if r.name in judged
+        else replace(r, mark="") if r.name in rejudged and r.mark == "+" else r
+        for r in stage1
+    ]  # fmt: skip
     shown = {r.name for r in stage1}
     rows += [second[n] for n in sorted(judged) if n not in shown and n in second]
     head = "| Change | Before | After | Ratio | Benchmark (Parameter) |\n|---|---|---|---|---|\n"
     return head + "".join("| " + " | ".join(r.cells()[:4] + [r.name]) + " |\n" for r in rows)
+
+
+def judged_at(judged, rejudged, args):
+    """{point: the words for the factor that judged it} of the points stage 2 judged with a
+    factor of its own (the judged suspects, the rejudged host flags); the comment shows
+    them, and "stage 1" for the rest."""
+    out = {}
+    for n in judged:
+        f = factor_for(n, args.factor, args.host_factor)
+        host = args.host_factor is not None and is_host_figure(n)
+        out[n] = f"{f:g} (host factor, pooled)" if host else f"{f:g} (pooled)"
+    for n in rejudged:
+        out[n] = f"{args.host_factor:g} (host factor, stage 1's ratio)"
+    return out
 
 
 def run_asv(cmd, log_path, mode="w"):
@@ -332,6 +404,10 @@ def main(argv=None, clock=time.monotonic):
     ap.add_argument("--suspect", type=float, required=True, help="ratio that makes a suspect")
     ap.add_argument("--factor", type=float, required=True, help="stage 2's asv --factor")
     ap.add_argument(
+        "--host-factor", type=float, default=None,
+        help="stage 2's factor for the host figures (track_time_eager/_host); default --factor",
+    )  # fmt: skip
+    ap.add_argument(
         "--sure", type=float, default=SURE_RATIO,
         help="ratio of a stage-1 flag beyond doubt (with disjoint intervals)",
     )  # fmt: skip
@@ -354,6 +430,9 @@ def main(argv=None, clock=time.monotonic):
     if args.suspect > args.factor:
         ap.error("--suspect must not exceed --factor (a point inside it could then be flagged "
                  "from stage 1's samples alone)")  # fmt: skip
+    if args.host_factor is not None and not 1.0 < args.factor <= args.host_factor:
+        ap.error("--host-factor needs 1 < --factor <= --host-factor (the host figures are the "
+                 "noisier ones)")  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
 
     stage1 = parse(args.continuous_log.read_text())
@@ -364,12 +443,16 @@ def main(argv=None, clock=time.monotonic):
     oom_log = na_reasons.load_oom(na_reasons.log_path(args.results, args.machine))
     lost = lost_numbers(base, head, oom_log, args.head)
     no_number = head_has_no_number(head)
-    plan = plan_stage2(base, head, slower, args.suspect, args.sure, rerun=args.rounds > 0)
+    plan = plan_stage2(
+        base, head, slower, args.suspect, args.sure, rerun=args.rounds > 0,
+        factor=args.factor, host_factor=args.host_factor,
+    )  # fmt: skip
     if code1 == 2:
         plan.suspects = []  # a failure is final: nothing is re-run
     chosen = {
         "suspects": plan.suspects, "planned": plan.suspects, "sure": plan.sure,
-        "left_out": plan.kept, "stage1_slower": slower, "stage1_ratios": plan.ratios,
+        "left_out": plan.kept, "rejudged": plan.rejudged, "stage1_slower": slower,
+        "stage1_ratios": plan.ratios,
     }  # fmt: skip
     write_json(args.out / "suspects.json", chosen)
 
@@ -391,20 +474,32 @@ def main(argv=None, clock=time.monotonic):
     before = {c: stored_samples(args.results, args.machine, c) for c in sides}
     judged, unjudged, spent = retime(plan.suspects, args.batch, args.time_cap, run_batch, clock)
     rows, lost_rerun = [], []
-    if judged:
+
+    def compare_at(f, out_name):
         compare = [
-            *asv, "compare", *conf, "--machine", args.machine, "--factor", str(args.factor),
+            *asv, "compare", *conf, "--machine", args.machine, "--factor", str(f),
             args.base, args.head,
         ]  # fmt: skip
         res = subprocess.run(compare, capture_output=True, text=True)
-        write_text_atomic(args.out / "confirm-compare.txt", res.stdout)
-        rows = parse(res.stdout)
+        write_text_atomic(args.out / out_name, res.stdout)
+        return parse(res.stdout)
+
+    if judged:
+        rows = compare_at(args.factor, "confirm-compare.txt")
+        host = args.host_factor
+        if host is not None and host != args.factor and any(map(is_host_figure, judged)):
+            # the host figures' rows from a compare at their own factor, the rest from F2's
+            rows = [r for r in rows if not is_host_figure(r.name)] + [
+                r for r in compare_at(host, "confirm-compare-host.txt") if is_host_figure(r.name)
+            ]
         after = {c: stored_samples(args.results, args.machine, c) for c in sides}
         lost_rerun = not_retimed(judged, before, after, rows)
         judged = [n for n in judged if n not in lost_rerun]
         unjudged = [n for n in plan.suspects if n in set(unjudged) | set(lost_rerun)]
     shown = parse(args.stage1_compare.read_text()) if args.stage1_compare else stage1
-    write_text_atomic(args.out / "final-compare.txt", merged_table(shown, rows, set(judged)))
+    write_text_atomic(
+        args.out / "final-compare.txt", merged_table(shown, rows, set(judged), set(plan.rejudged))
+    )
     v = decide(code1, plan, judged, unjudged, slower, rows, lost, no_number)
     chosen.update(suspects=judged, unjudged=unjudged, left_out=unjudged + plan.kept)
     write_json(args.out / "suspects.json", chosen)
@@ -414,7 +509,8 @@ def main(argv=None, clock=time.monotonic):
         "unjudged_slower": v.unjudged_slower, "unjudged_faster": v.unjudged_faster,
         "lost": [{"name": n, "reason": r.value, "label": r.label, "base": b} for n, r, b in lost],
         "not_retimed": lost_rerun, "head_has_no_number": no_number, "time_cap_s": args.time_cap,
-        "stage2_s": round(spent, 1),
+        "stage2_s": round(spent, 1), "rejudged": plan.rejudged, "factor": args.factor,
+        "host_factor": args.host_factor, "judged_at": judged_at(judged, plan.rejudged, args),
     }  # fmt: skip
     write_json(args.out / "confirm.json", verdict)
     print(f"confirm: exit {v.code}: {v.reason}")

@@ -140,6 +140,143 @@ def test_bench_regex_selects_exactly_the_points():
     assert not rx.search(A.replace("(1,", "(11,"))
 
 
+# The host-paced figures, in the classes that have them (one name per class).
+HOST = (
+    "nsa.NsaForward.track_time_host(4096, 'triton', 'seed', 'random')",
+    "nsa.NsaBackward.track_time_eager(4096, 'triton', 'seed', 'random')",
+    "nsa.NsaAutograd.track_time_host(4096, 'triton', 'seed', 'random')",
+    "nsa.NsaSeedBackward.track_time_eager(4096, 'triton', 'seed', 'random')",
+)
+G = "nsa.NsaForward.track_time(4096, 'triton', 'seed', 'random')"  # a graph figure
+H, E = HOST[2], HOST[3]
+
+
+@pytest.mark.parametrize("name", HOST)
+def test_host_figures_are_named_in_every_class(name):
+    assert confirm.is_host_figure(name) and confirm.is_timing(name)
+    assert confirm.factor_for(name, 1.006, 1.05) == 1.05
+    assert confirm.factor_for(name, 1.006) == 1.006  # no host factor: judged as the others
+
+
+@pytest.mark.parametrize(
+    "name", [G, A, C, "nsa.NsaForward.track_time_cold(1)", "nsa.X.track_time_hosted(1)",
+             "nsa.X.track_peak_vram_bytes(1)", "nsa.X.time_host(1)"],
+)  # fmt: skip
+def test_graph_figures_keep_the_graph_factor(name):
+    assert not confirm.is_host_figure(name)
+    assert confirm.factor_for(name, 1.006, 1.05) == 1.006
+
+
+def test_plan_judges_host_figures_at_the_host_factor():
+    """1.03 with disjoint intervals is beyond doubt for a graph figure, a suspect for a host
+    figure (its flag needs 1.05); 1.08 is beyond doubt for both. Unflagged, a host figure at
+    1.03 lies within its scaled suspect ratio (about 1.04 at these settings), a graph figure
+    at 1.03 does not; the order reads each ratio in units of its own factor."""
+    g2 = "nsa.NsaForward.track_time(8192, 'triton', 'seed', 'random')"
+    h2 = HOST[0]
+    base = pts(dict.fromkeys([G, g2, H, E, h2, A], 1.0))
+    head = pts({G: 1.03, g2: 1.03, H: 1.03, E: 1.08, h2: 1.045, A: 1.01})
+    kw = {"factor": 1.006, "host_factor": 1.05}
+    plan = confirm.plan_stage2(base, head, [G, H, E], 1.005, **kw)
+    assert plan.sure == [G, E]
+    assert plan.suspects == [H, g2, A, h2]  # H flagged first; then g2, A, h2 by scaled ratio
+    # without a host factor the host figures are judged as the graph ones
+    plan = confirm.plan_stage2(base, head, [G, H, E], 1.005)
+    assert plan.sure == [G, H, E] and plan.suspects == [h2, g2, A]
+    # stage 2 off: a host flag below the host factor is cleared on its ratio, not kept
+    off = confirm.plan_stage2(base, head, [G, H, E], 1.005, rerun=False, **kw)
+    assert off.kept == [G, E] and off.rejudged == [H] and off.suspects == []
+    v = confirm.decide(1, off, [], [], [G, H, E], [])
+    assert v.code == 1 and v.cleared == [H]
+    off = confirm.plan_stage2(base, head, [H], 1.005, rerun=False, **kw)
+    assert confirm.decide(1, off, [], [], [H], []).code == 0
+    with pytest.raises(ValueError, match="--host-factor"):
+        confirm.plan_stage2(base, head, [], 1.005, factor=1.006, host_factor=1.004)
+    with pytest.raises(ValueError, match="--host-factor"):
+        confirm.plan_stage2(base, head, [], 1.005, host_factor=1.05)
+
+
+def host_gate(tmp_path, monkeypatch, ratio, host_mark, graph_mark="+", **kw):
+    """main() with --host-factor 1.05 over a graph point G and a host point H, both flagged
+    by stage 1 at `ratio` with overlapping intervals; the compare at 1.006 marks both `+`,
+    the compare at 1.05 gives H `host_mark` (asv's mark at that factor)."""
+    r = f"{ratio:.2f}"
+    base = dict.fromkeys([G, H], 1.0)
+    head = {n: pts({n: ratio}, spread=0.1)[n] for n in (G, H)}
+    return run_main(
+        tmp_path, monkeypatch, [("+", r, G), ("+", r, H)], 1, base, head,
+        [(graph_mark, r, G), ("+", r, H)], "--host-factor", "1.05",
+        compare_at={"1.05": [(graph_mark, r, G), (host_mark, r, H)]}, **kw,
+    )  # fmt: skip
+
+
+def test_main_a_host_point_at_3_percent_is_no_regression(tmp_path, monkeypatch):
+    rc, calls, out = host_gate(tmp_path, monkeypatch, 1.03, "")
+    factors = [c[c.index("--factor") + 1] for c in calls if c[0] == "compare"]
+    assert factors == ["1.006", "1.05"]  # the host figure's rows come from its own factor
+    verdict = json.loads((out / "confirm.json").read_text())
+    assert rc == 1 and verdict["confirmed"] == [G] and verdict["cleared"] == [H]
+    assert verdict["judged_at"] == {G: "1.006 (pooled)", H: "1.05 (host factor, pooled)"}
+    assert verdict["host_factor"] == 1.05 and verdict["factor"] == 1.006
+    final = {r.name: r.mark for r in parse((out / "final-compare.txt").read_text())}
+    assert final == {G: "+", H: ""}
+    # the graph point cleared too: the gate passes
+    rc, _, out = host_gate(tmp_path / "b", monkeypatch, 1.03, "", graph_mark="")
+    assert rc == 0 and json.loads((out / "confirm.json").read_text())["confirmed"] == []
+
+
+def test_main_a_host_point_at_8_percent_confirmed_is_one(tmp_path, monkeypatch):
+    rc, calls, out = host_gate(tmp_path, monkeypatch, 1.08, "+", graph_mark="")
+    verdict = json.loads((out / "confirm.json").read_text())
+    assert rc == 1 and verdict["confirmed"] == [H] and verdict["cleared"] == [G]
+    assert "1 suspect(s) confirmed slower" in verdict["reason"]
+
+
+def test_main_a_graph_point_at_3_percent_still_is_one(tmp_path, monkeypatch):
+    """Without a host point among the judged, no compare runs at the host factor, and the
+    graph point's 1.03 is confirmed at 1.006 as before."""
+    base, head = {G: 1.0}, {G: pts({G: 1.03}, spread=0.05)[G]}
+    rc, calls, out = run_main(tmp_path, monkeypatch, [("+", "1.03", G)], 1, base, head,
+                              [("+", "1.03", G)], "--host-factor", "1.05")  # fmt: skip
+    assert [c[c.index("--factor") + 1] for c in calls if c[0] == "compare"] == ["1.006"]
+    verdict = json.loads((out / "confirm.json").read_text())
+    assert rc == 1 and verdict["confirmed"] == [G]
+
+
+def test_main_host_flag_beyond_doubt_needs_the_host_factor(tmp_path, monkeypatch):
+    """Disjoint intervals at 1.03: the graph flag stands unrun, the host flag is re-run."""
+    base, head = dict.fromkeys([G, H], 1.0), dict.fromkeys([G, H], 1.03)
+    rc, calls, out = run_main(tmp_path, monkeypatch, [("+", "1.03", G), ("+", "1.03", H)], 1,
+                              base, head, [("", "1.03", H)], "--host-factor", "1.05",
+                              compare_at={"1.05": [("", "1.03", H)]})  # fmt: skip
+    verdict = json.loads((out / "confirm.json").read_text())
+    assert rc == 1 and verdict["sure"] == [G] and verdict["suspects"] == [H]
+    assert verdict["cleared"] == [H]
+
+
+def test_main_with_stage_2_off_clears_a_host_flag_below_its_factor(tmp_path, monkeypatch):
+    base, head = dict.fromkeys([G, H], 1.0), dict.fromkeys([G, H], 1.03)
+    rc, calls, out = run_main(tmp_path, monkeypatch, [("+", "1.03", H)], 1, base, head, [],
+                              "--host-factor", "1.05", rounds=0)  # fmt: skip
+    verdict = json.loads((out / "confirm.json").read_text())
+    assert rc == 0 and calls == [] and verdict["rejudged"] == [H] and verdict["cleared"] == [H]
+    assert verdict["judged_at"] == {H: "1.05 (host factor, stage 1's ratio)"}
+    assert {r.name: r.mark for r in parse((out / "final-compare.txt").read_text())} == {H: ""}
+    rc, _, _ = run_main(tmp_path / "g", monkeypatch, [("+", "1.03", G), ("+", "1.03", H)], 1,
+                        base, head, [], "--host-factor", "1.05", rounds=0)  # fmt: skip
+    assert rc == 1  # the graph flag stands
+
+
+def test_main_refuses_a_host_factor_below_the_factor(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        confirm.main(
+            ["--machine", "m", "--base", "a", "--head", "b", "--continuous-log", "x",
+             "--continuous-code", "0", "--rounds", "2", "--suspect", "1.005", "--factor",
+             "1.006", "--host-factor", "1.004", "--out", str(tmp_path)]
+        )  # fmt: skip
+    assert "--host-factor needs" in capsys.readouterr().err
+
+
 R = {A: 1.02, B: 1.008, C: 0.99, D: 1.04}  # stage-1 ratios of the decide cases
 
 
@@ -189,8 +326,9 @@ import json, pathlib, sys
 log, canned, args = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3:]
 with log.open("a") as f:
     f.write(json.dumps(args) + "\\n")
-if args[0] == "compare":
-    sys.stdout.write(canned.read_text())
+if args[0] == "compare":  # the canned table of its --factor when there is one
+    at = canned.with_name(f"{canned.stem}-{args[args.index('--factor') + 1]}.txt")
+    sys.stdout.write((at if at.exists() else canned).read_text())
 """
 
 
@@ -204,7 +342,7 @@ def samples_from_calls(calls, lazy=()):
         out = {}
         for run in runs:
             rx = run[run.index("-b") + 1]
-            for name in (A, B, C, D, *[P.format("", i) for i in range(10)],
+            for name in (A, B, C, D, G, *HOST, *[P.format("", i) for i in range(10)],
                          *[f"nsa.NsaForward.track_time('p{i}')" for i in range(3)]):  # fmt: skip
                 if re.search(rx, name) and name not in lazy:
                     out.setdefault(name, []).append(1.0)
@@ -216,10 +354,13 @@ def samples_from_calls(calls, lazy=()):
 def run_main(tmp_path, monkeypatch, stage1_rows, code, base, head, compare_rows, *extra, **kw):
     """main() with stored medians `base`/`head` ({name: value}, or Points) and a stand-in
     asv that logs its calls and prints `compare_rows` as its compare output."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     fake = tmp_path / "fake_asv.py"
     fake.write_text(FAKE_ASV)
     calls, canned = tmp_path / "calls.txt", tmp_path / "compare.txt"
     canned.write_text(table(*compare_rows))
+    for f, rows in kw.get("compare_at", {}).items():  # what a compare at factor f prints
+        (tmp_path / f"compare-{f}.txt").write_text(table(*rows))
     cont = tmp_path / "continuous.log"
     cont.write_text(table(*stage1_rows))
 
