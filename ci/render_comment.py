@@ -101,10 +101,15 @@ def parse(text: str) -> list[Row]:
     return rows
 
 
-def table(rows: list[Row], before: str, after: str) -> str:
+def table(rows: list[Row], before: str, after: str, judged_at: dict | None = None) -> str:
+    """A markdown table of rows; with judged_at ({point: words}, confirm.json's), a last
+    column says which factor judged each point ("stage 1" for a point not in it)."""
     head = ["", f"Before ({before})", f"After ({after})", "Ratio", "Benchmark (parameters)"]
+    head += ["Judged at"] * (judged_at is not None)
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(r.cells()) + " |" for r in rows]
+    for r in rows:
+        cells = r.cells() + ([] if judged_at is None else [judged_at.get(r.name, "stage 1")])
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -151,8 +156,11 @@ def render_section(
     or a point flagged below the first factor, is explained; the points whose number the
     head lost (with the reason, ci/na_reasons.py's words) and the suspects the time cap
     left unjudged, every one. details False leaves out the per-kind tables of every point
-    (for a comment that would be too long); the regressions are always listed whole."""
+    (for a comment that would be too long); the regressions are always listed whole. When
+    confirm holds `judged_at`, every table says which factor judged each point: stage 2's,
+    the host figures' own (`track_time_eager`, `track_time_host`), or stage 1's."""
     rows = parse(text)
+    judged_at = (confirm or {}).get("judged_at")
     counts = {label: sum(r.mark == m for r in rows) for m, label in MARKS.items()}
     summary = ", ".join(f"{n} {label}" for label, n in counts.items() if n) or "no benchmarks"
     out = [
@@ -175,6 +183,13 @@ def render_section(
         if sure:
             out += ["", f"Flagged beyond doubt by stage 1 (ratio and disjoint intervals), not "
                         f"re-run: {len(sure)} point(s), in the table below."]  # fmt: skip
+        host = confirm.get("host_factor")
+        if host is not None:
+            out += ["", f"Factors: the host-paced figures (`track_time_eager`, "
+                        f"`track_time_host`) are judged at {host:g}, the other timings at "
+                        f"{confirm.get('factor', '?')} after their re-runs; the column "
+                        "*Judged at* names the factor of each point (*stage 1*: the first "
+                        "stage's factor, above)."]  # fmt: skip
     lost = (confirm or {}).get("lost") or []
     if lost:
         lines = ["| Benchmark (parameters) | Before | After |", "|---|---|---|"]
@@ -194,10 +209,10 @@ def render_section(
     notable = [r for r in rows if r.mark in ("+", "!")]
     if notable:
         out += ["", f"#### Regressions and failures: {len(notable)} point(s)", "",
-                table(notable, base, head)]  # fmt: skip
+                table(notable, base, head, judged_at)]  # fmt: skip
     better = [r for r in rows if r.mark in ("-", "*")]
     if better:
-        out += ["", "#### Improvements", "", table(better, base, head)]
+        out += ["", "#### Improvements", "", table(better, base, head, judged_at)]
     if not details:
         out += ["", "*(the tables of every point are left out here for length: see the "
                     "artifact's compare.txt)*"]  # fmt: skip
@@ -209,7 +224,7 @@ def render_section(
                 "",
                 f"<details><summary>{title}: {len(group)} benchmark(s)</summary>",
                 "",
-                table(group, base, head),
+                table(group, base, head, judged_at),
                 "",
                 "</details>",
             ]

@@ -196,3 +196,28 @@ def test_every_regression_is_reported_even_when_the_comment_is_long(tmp_path):
     assert "#### Regressions and failures: 250 point(s)" in body
     assert all(f"track_time({i})` |" in body for i in range(250))
     assert "tables of every point are left out" in body and "<details>" not in body
+
+
+def test_the_comment_says_which_factor_judged_each_point(tmp_path):
+    """A host figure judged at the host factor, a graph figure at stage 2's, the rest at
+    stage 1's: every table's last column names it."""
+    host = "nsa.NsaAutograd.track_time_host(4096, 'triton', 'seed', 'random')"
+    graph = "nsa.NsaForward.track_time(4096, 'triton', 'seed', 'random')"
+    other = "kda.KdaVerify.track_time(1)"
+    text = (
+        f"| + | 1.00±0.01ms | 1.03±0.01ms | 1.03 | {graph} |\n"
+        f"|   | 1.00±0.01ms | 1.03±0.01ms | 1.03 | {host} |\n"
+        f"|   | 1.00±0.01ms | 1.00±0.01ms | 1.00 | {other} |\n"
+    )
+    judged_at = {graph: "1.006 (pooled)", host: "1.05 (host factor, pooled)"}
+    verdict = {"judged_at": judged_at, "host_factor": 1.05, "factor": 1.006}
+    body = render_comment.render_dirs([confirm_dir(tmp_path, 1, verdict, text)])
+    assert "judged at 1.05, the other timings at 1.006" in body
+    assert f"| `{graph}` | 1.006 (pooled) |" in section(body, "#### Regressions")
+    times = body[body.index("Time: 3 benchmark(s)") :].split("</details>")[0]
+    assert "| Judged at |" in times
+    assert f"| `{host}` | 1.05 (host factor, pooled) |" in times
+    assert f"| `{other}` | stage 1 |" in times
+    # without judged_at (a verdict of an older gate), no column and no factor line
+    body = render_comment.render_dirs([confirm_dir(tmp_path / "o", 1, {}, text)])
+    assert "Judged at" not in body and "host-paced" not in body
