@@ -396,9 +396,12 @@ def test_pr_gate_judges_every_suspect_within_a_cap():
     script = "\n".join(s.get("run", "") for s in gate["steps"])
     for flag, key in (("--sure", "GATE_CONFIRM_SURE"), ("--batch", "GATE_CONFIRM_BATCH"),
                       ("--time-cap", "GATE_CONFIRM_TIME_CAP"),
-                      ("--rounds", "GATE_CONFIRM_ROUNDS")):  # fmt: skip
+                      ("--rounds", "GATE_CONFIRM_ROUNDS"),
+                      ("--host-factor", "GATE_HOST_FACTOR")):  # fmt: skip
         assert f'{flag} "${key}"' in script, flag
     assert float(env["GATE_CONFIRM_SURE"]) == 1.03
+    # the host-paced figures' own factor, never below the graph figures' (ci.confirm refuses)
+    assert float(env["GATE_HOST_FACTOR"]) >= float(env["GATE_CONFIRM_FACTOR"])
     assert float(env["GATE_CONFIRM_TIME_CAP"]) == 1800  # 30 min of the H200's time
     assert "GATE_CONFIRM_MAX" not in env
     confirm_at = script.index("-m ci.confirm")
