@@ -242,6 +242,12 @@ def test_gpu_tools_default_to_the_gate_settings():
         cont = re.search(r"^CONT_ARGS=\$\{CONT_ARGS:?-([^}]*)\}", text, re.M)
         assert factor and factor.group(1) == env["GATE_FACTOR"], script
         assert cont and cont.group(1) == env["GATE_EXTRA_ARGS"], script
+    # the study's second stage judges the host-paced figures at the gate's host factor
+    study = (ROOT / "tools" / "gpu_gate_study.sh").read_text()
+    host = re.search(r"^CONFIRM_HOST_FACTOR=\$\{CONFIRM_HOST_FACTOR:-\$\(awk -v h=([0-9.]+) ",
+                     study, re.M)  # fmt: skip
+    assert host and host.group(1) == env["GATE_HOST_FACTOR"]
+    assert '--host-factor "$CONFIRM_HOST_FACTOR"' in study
 
 
 def gate_workflow() -> dict:

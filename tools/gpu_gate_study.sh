@@ -12,9 +12,11 @@
 # Stages (STAGES, default "noise aa detect"); each resumes where an earlier call stopped
 # (state in $STUDY, default .asv/gate_study, kept while the machine is):
 #   noise   `asv run gate-base^! --append-samples` on NOISE_BENCH (asv -b regex, default
-#           every timing: track_time and track_time_cold), one fresh process per point per
-#           call of asv run, until NOISE_N (default 5) processes per point; then the CV of
-#           the per-process medians. About 2 min per round for the default suite's timings.
+#           every timing: track_time, track_time_cold and the host-paced track_time_eager
+#           and track_time_host, whose own gate factor this sets), one fresh process per
+#           point per call of asv run, until NOISE_N (default 5) processes per point; then
+#           the CV of the per-process medians. About 2 min per round for the default
+#           suite's graph and cold timings; the host-paced ones add to it (not timed yet).
 #   aa      `asv continuous gate-base gate-aa --factor FACTOR -b AA_BENCH` (default the same
 #           timings), AA_TRIES times (default 3): every flag is a false positive.
 #           About 4 min per try.
@@ -32,8 +34,12 @@
 # arguments for aa and detect, default the gate's "-a rounds=2 --interleave-rounds";
 # CONT_ARGS= for one process per side),
 # CONFIRM_ROUNDS (default 6, the gate's; 0: stage 1 alone): the gate's second stage,
-# ci.confirm, after every aa and detect try. The suspects, up to CONFIRM_MAX (8), get
-# CONFIRM_ROUNDS more processes per side and are judged at CONFIRM_FACTOR (1.006); a
+# ci.confirm, after every aa and detect try. Every suspect is judged, in batches of
+# CONFIRM_MAX (default 8, the gate's GATE_CONFIRM_BATCH: the stage-2 batch size, ci.confirm's
+# --batch) points per asv run, under ci.confirm's time cap (--time-cap, its default); each
+# gets CONFIRM_ROUNDS more processes per side and is judged at CONFIRM_FACTOR (1.006), a
+# host-paced figure at CONFIRM_HOST_FACTOR (default the gate's GATE_HOST_FACTOR, 1.05, or
+# CONFIRM_FACTOR when that is higher: ci.confirm takes no host factor below it); a
 # suspect's stage-1 ratio is beyond CONFIRM_SUSPECT (1.005). The records then hold the
 # two-stage verdict, stage 1's beside it. An A/A try takes 6.5-9 min with it, 6 without.
 # CALIBRATION_FROM (a directory holding an earlier call's calibration-<kernel>.json, used
@@ -59,7 +65,7 @@ DEADLINE_S=${DEADLINE_S:-540}
 MACHINE=${MACHINE:-h200}
 FACTOR=${FACTOR:-1.015}
 STUDY=${STUDY:-$ROOT/.asv/gate_study}
-TIMINGS='\.track_time(_cold)?\('
+TIMINGS='\.track_time(_cold|_eager|_host)?\('
 NOISE_N=${NOISE_N:-5}
 NOISE_BENCH=${NOISE_BENCH:-$TIMINGS}
 AA_TRIES=${AA_TRIES:-3}
@@ -71,7 +77,9 @@ CONT_ARGS=${CONT_ARGS--a rounds=2 --interleave-rounds}  # the gate's; CONT_ARGS=
 CONFIRM_ROUNDS=${CONFIRM_ROUNDS:-6}  # the gate's second stage after each try (ci.confirm); 0: off
 CONFIRM_SUSPECT=${CONFIRM_SUSPECT:-1.005}
 CONFIRM_FACTOR=${CONFIRM_FACTOR:-1.006}
-CONFIRM_MAX=${CONFIRM_MAX:-8}
+CONFIRM_MAX=${CONFIRM_MAX:-8}  # the stage-2 batch size (ci.confirm --batch)
+CONFIRM_HOST_FACTOR=${CONFIRM_HOST_FACTOR:-$(awk -v h=1.05 -v f="$CONFIRM_FACTOR" \
+    'BEGIN { print (h + 0 >= f + 0) ? h : f }')}
 SWEEP_FACTORS=${SWEEP_FACTORS:-1.01 1.015 1.02 1.03 1.05}
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
@@ -104,7 +112,8 @@ cont() {
         PYTHONPATH=$ROOT:${PYTHONPATH:-} "$HOST_PY" -m ci.confirm --machine "$MACHINE" \
             --base "$BASE" --head "$head" --continuous-log "$log" --continuous-code "$rc" \
             --rounds "$CONFIRM_ROUNDS" --suspect "$CONFIRM_SUSPECT" --factor "$CONFIRM_FACTOR" \
-            --max "$CONFIRM_MAX" --out "${log%.log}-confirm" --asv "${ASV[*]}" \
+            --host-factor "$CONFIRM_HOST_FACTOR" --batch "$CONFIRM_MAX" \
+            --out "${log%.log}-confirm" --asv "${ASV[*]}" \
             --config gate.conf.json --results results-gate --run-args "${LM[*]}" 2>&1 \
             | tee "${log%.log}-confirm.log"
         confirm=(--confirm-dir "${log%.log}-confirm")
