@@ -17,6 +17,10 @@ decode step's graph holds every layer's call anyway.
 Before timing, each process checks its mode's output against the PyTorch reference on a
 small batch and, for ring modes, that fused+ring and unfused+ring fill the ring with the
 same bytes (torch.equal); a mismatch raises.
+
+The bandwidth figure (`verify_bytes` per call over the cold time, % of the copy rate) is not
+timed here: tools/report.py derives it from the stored `track_time_cold` values and the
+stored `common.CopyRate` ceiling of the same commit (docs/benchmarks.md, "Derived figures").
 """
 
 import math
@@ -24,18 +28,15 @@ import math
 import torch
 
 from .common import (
-    DERIVED_SAMPLES,
     DEVICE,
     DTYPE,
     FULL_SUITE,
     SAMPLES,
     SMOKE,
     check_close,
-    copy_bytes_per_s,
     generator,
     grid,
     load_api,
-    median,
     metric,
     peak_bytes,
     per_call_seconds,
@@ -302,31 +303,7 @@ def verify_bytes(B, H, HV, mode):
     return B * (state + saves + reads + writes)
 
 
-if FULL_SUITE:  # display-only figures: nightly and smoke only (common.FULL_SUITE)
-
-    class KdaBandwidth(_Verify):
-        """Effective bandwidth of the cold verify: verify_bytes per call over the median cold
-        time, as % of the device copy rate measured in the same process (the spec's floor;
-        higher is better, so it is displayed, not gated). Its own class so that the smoke
-        run, where every process is slow, times one point only."""
-
-        version = "2"  # 2: cold at every batch (see cold_set_count)
-        params = [
-            grid([1, 16, 64], nightly=[1, 2, 4, 8, 16, 32, 64], smoke=[1]),
-            MODES if not SMOKE else ["fused+ring"],
-            grid(["safe"], nightly=list(GATES), smoke=["safe"]),
-            HEADS,
-        ]
-        param_names = ["batch", "mode", "gate", "heads"]
-
-        def setup(self, batch, mode, gate, heads):
-            self.setup_case(batch, mode, gate, heads)
-
-        @metric("%")
-        def track_pct_of_copy_rate(self, batch, mode, gate, heads):
-            seconds = median(self.cold_samples(DERIVED_SAMPLES))
-            H, HV = parse_heads(heads)
-            return 100.0 * verify_bytes(batch, H, HV, mode) / seconds / copy_bytes_per_s()
+if FULL_SUITE:  # the tuning sweep: nightly and smoke only (common.FULL_SUITE)
 
     class KdaBlockV(_Timed):
         """Tuning sweep of the fused kernel's value tile,

@@ -15,6 +15,10 @@ Three time figures (docs/benchmarks.md, "Three time figures"):
 `NsaForward` and `NsaBackward` (lse given) carry all three (the eager and host figures on the
 gated grid only); `NsaAutograd` (the autograd call of a training step) the eager and host
 figures; `NsaSeedBackward` (the seed benchmark's call, lse recomputed) all three.
+
+Tokens/s, TFLOP/s and % of the matmul rate are not timed here: tools/report.py derives them
+from the stored `track_time` values and the stored `common.Matmul` ceiling of the same
+commit (docs/benchmarks.md, "Derived figures").
 """
 
 from dataclasses import dataclass
@@ -22,9 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from .common import (
-    DERIVED_SAMPLES,
     DEVICE,
-    FULL_SUITE,
     PER_CALL_SAMPLES,
     ROTATION_SETS,
     SAMPLES,
@@ -35,8 +37,6 @@ from .common import (
     grid,
     host_seconds,
     load_api,
-    matmul_tflops,
-    median,
     metric,
     peak_bytes,
     per_call_seconds,
@@ -100,11 +100,6 @@ BACKWARD_RECOMPUTE_OPS = 112  # the backward plus the forward that recomputes ls
 AUTOGRAD_OPS = 128  # forward, backward and autograd's own operations
 
 
-def _flops_forward(p, T):
-    """Useful work of the sparse forward: QK^T and PV over S * block_size keys per query."""
-    return 4 * p.B * p.Hq * T * p.S * p.block_size * p.D
-
-
 def _graph_time(samples=SAMPLES):
     """`track_time`: per-call device time from CUDA-graph replays (`per_call_seconds`),
     `samples` per process."""
@@ -155,7 +150,6 @@ class _Selection:
     ]
     param_names = PARAM_NAMES
     timeout = 300
-    flops_factor = 1.0  # work relative to the forward
     api_names = API
 
     @setup_oom_as_nan
@@ -206,13 +200,6 @@ class _Selection:
         calls = GRAPH_CALLS if graph else 1
         return per_call_seconds([fn], calls=calls, graph=graph, samples=count)
 
-    def seconds(self):
-        """Median per-call time for the derived figures."""
-        return median(self.samples(DERIVED_SAMPLES))
-
-    def tflops(self):
-        return _flops_forward(self.p, self.T) * self.flops_factor / self.seconds() / 1e12
-
 
 class _Kernel(_Selection):
     """The figures of the kernel classes (NsaForward, NsaBackward)."""
@@ -223,20 +210,6 @@ class _Kernel(_Selection):
     @metric("bytes")
     def track_peak_vram_bytes(self, *params):
         return peak_bytes(self.peak_fn)
-
-    if FULL_SUITE:  # display-only figures: nightly sweep and smoke mode (common.FULL_SUITE)
-
-        @metric("tokens/s")
-        def track_tokens_per_s(self, *params):
-            return self.p.B * self.T / self.seconds()
-
-        @metric("TFLOP/s")
-        def track_tflops(self, *params):
-            return self.tflops()
-
-        @metric("%")
-        def track_pct_of_matmul(self, *params):
-            return 100.0 * self.tflops() / matmul_tflops()
 
 
 class NsaForward(_Kernel):
@@ -325,7 +298,6 @@ class NsaBackward(_BackwardCall, _Kernel):
     """
 
     version = "1"
-    flops_factor = 2.5
     device_ops = BACKWARD_OPS
 
 
