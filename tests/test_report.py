@@ -1,10 +1,12 @@
 """tools/report.py on hand-made asv result files: tables, n/a reasons, OOM ceiling,
-crossover, plots."""
+crossover, plots, and the figures it derives from the stored times and ceilings."""
 
 import csv
 import importlib.util
 import json
 import math
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -34,10 +36,8 @@ def _nsa_results(kernel_s, ref_s, ref_bytes):
     def flat(kernel, ref):
         return [x for pair in zip(kernel, ref, strict=True) for x in pair]
 
-    tok = lambda ts: [None if t is None else T / t for T, t in zip(SEQ, ts, strict=True)]
     return {
         "nsa.NsaForward.track_time": _entry(params, flat(kernel_s, ref_s)),
-        "nsa.NsaForward.track_tokens_per_s": _entry(params, flat(tok(kernel_s), tok(ref_s))),
         "nsa.NsaForward.track_peak_vram_bytes": _entry(params, flat([1e8] * 4, ref_bytes)),
     }
 
@@ -48,6 +48,7 @@ def _write(results, machine, name, data):
 
 
 NAN = float("nan")
+MATMUL_TFLOPS, COPY_GB_PER_S = 500.0, 4000.0  # the ceilings stored for commit a
 REF_PARAMS = ["'reference'", "'seed'", "'recent'"]
 
 
@@ -62,7 +63,8 @@ def results(tmp_path):
     kda_params = [[1, 64], ["unfused", "fused+ring"], ["safe"], ["H8-HV8"]]
     data["kda.KdaVerify.track_time"] = _entry(kda_params, [2e-5, 1e-5, 9e-5, 3e-5])
     data["kda.KdaVerify.track_time_cold"] = _entry(kda_params, [3e-5, 1.5e-5, 2e-4, None])
-    data["kda.KdaBandwidth.track_pct_of_copy_rate"] = _entry(kda_params, [5.0, 4.0, 70.0, 31.25])
+    data["common.Matmul.track_bf16_tflops"] = [MATMUL_TFLOPS, [], "1", 0, 1.0]
+    data["common.CopyRate.track_copy_gb_per_s"] = [COPY_GB_PER_S, [], "1", 0, 1.0]
     _write(res, "h200", "aaaaaaaa-virtualenv-py3.12.json", {
         "commit_hash": "a" * 40, "date": 2, "result_columns": COLUMNS, "results": data,
     })  # fmt: skip
@@ -71,8 +73,11 @@ def results(tmp_path):
         na_reasons.record_oom(log, "a" * 40, f"nsa.NsaForward.{method}", ["2048", *REF_PARAMS])
     # An OOM of another commit is not this one's.
     na_reasons.record_oom(log, "b" * 40, "nsa.NsaForward.track_time", ["4096", *REF_PARAMS])
-    # An older commit whose figures must not be used, and an unreadable file.
+    # An older commit whose figures (ceilings included) must not be used, and an unreadable
+    # file.
     old = _nsa_results([1.0] * 4, [1.0] * 4, [1.0] * 4)
+    old["common.Matmul.track_bf16_tflops"] = [1.0, [], "1", 0, 1.0]
+    old["common.CopyRate.track_copy_gb_per_s"] = [1.0, [], "1", 0, 1.0]
     _write(res, "h200", "bbbbbbbb-virtualenv-py3.12.json", {
         "commit_hash": "b" * 40, "date": 1, "result_columns": COLUMNS, "results": old,
     })  # fmt: skip
@@ -217,10 +222,6 @@ def test_kda_table_in_microseconds(results, tmp_path):
     md = (out / "kda_verify.md").read_text()
     assert "| batch | unfused | fused+ring |" in md
     assert "| 64 | 90.00 / 200.00 | 30.00 / failed |" in md
-    # The bandwidth table keeps the stored percentages (no time scaling).
-    bw = {(int(r["batch"]), r["mode"]): r for r in csv.DictReader(open(out / "kda_bandwidth.csv"))}
-    assert float(bw[(64, "fused+ring")]["pct_of_copy"]) == 31.25
-    assert "| 64 | 70.0% | 31.2% |" in (out / "kda_bandwidth.md").read_text()
 
 
 def test_helpers_on_edge_cases():
@@ -270,9 +271,171 @@ def test_a_zero_is_a_value(tmp_path):
     res = tmp_path / "results"
     params = [[1], ["fused"], ["safe"], ["H8-HV8"]]
     for commit, date, value in (("a", 2, 0.0), ("b", 1, 5.0)):
-        data = {"kda.KdaBandwidth.track_pct_of_copy_rate": _entry(params, [value])}
+        data = {"kda.KdaVerify.track_time_cold": _entry(params, [value])}
         _write(res, "h200", f"{commit * 8}-virtualenv-py3.12.json", {
             "commit_hash": commit * 40, "date": date, "result_columns": COLUMNS, "results": data,
         })  # fmt: skip
-    rows = report.Results(res).rows("kda.KdaBandwidth.track_pct_of_copy_rate")
+    rows = report.Results(res).rows("kda.KdaVerify.track_time_cold")
     assert [(v, r) for _, v, r in rows] == [(0.0, None)]
+
+
+# ---------------------------------------------------------------- derived figures
+
+# The FLOP count of one call (4 * B * Hq * T * S * block_size * D, times 2.5 for the
+# backward): the seed preset's forward at T = 512 and the paper preset's backward at 1024.
+SEED_FWD_512_FLOP = 4 * 1 * 16 * 512 * 16 * 64 * 64
+PAPER_BWD_1024_FLOP = 4 * 1 * 64 * 1024 * 16 * 64 * 64 * 2.5
+
+
+def test_nsa_derived_figures_from_the_stored_times(results, tmp_path):
+    """tokens/s = B*T / time, TFLOP/s = FLOP / time / 1e12, % of the Matmul ceiling of the
+    same commit, for the kernel (graph replay) and the reference, in the CSV and summary."""
+    assert SEED_FWD_512_FLOP == 2_147_483_648 == report.nsa_flops("seed", 512, "forward")
+    assert PAPER_BWD_1024_FLOP == 42_949_672_960 == report.nsa_flops("paper", 1024, "backward")
+    out = tmp_path / "out"
+    report.build(results, out)
+    rows = {int(r["seq_len"]): r for r in csv.DictReader(open(out / "nsa_forward.csv"))}
+    r = rows[512]  # kernel 1e-4 s, reference 5e-5 s
+    assert math.isclose(float(r["kernel_tok_s"]), 5.12e6, rel_tol=1e-12)
+    assert math.isclose(float(r["kernel_tflops"]), 21.47483648, rel_tol=1e-12)
+    assert math.isclose(float(r["kernel_pct_of_matmul"]), 4.294967296, rel_tol=1e-12)
+    assert math.isclose(float(r["ref_tok_s"]), 1.024e7, rel_tol=1e-12)
+    assert math.isclose(float(r["ref_tflops"]), 42.94967296, rel_tol=1e-12)
+    assert math.isclose(float(r["ref_pct_of_matmul"]), 8.589934592, rel_tol=1e-12)
+    assert float(r["matmul_tflops"]) == MATMUL_TFLOPS  # commit a's, not commit b's 1.0
+    # At 4096 (kernel 8e-4 s): 4096 / 8e-4 tokens/s and 4 * 16 * 4096 * 16 * 64 * 64 FLOP.
+    r = rows[4096]
+    assert math.isclose(float(r["kernel_tok_s"]), 5.12e6, rel_tol=1e-12)
+    assert math.isclose(float(r["kernel_tflops"]), 21.47483648, rel_tol=1e-12)
+    assert r["ref_tflops"] == "" and r["ref_pct_of_matmul"] == "" and r["ref_na"] == "skipped"
+    summary = (out / "summary.md").read_text()
+    assert (
+        "recent: kernel at seq_len 4096: 5.12e+06 tokens/s, 21.5 TFLOP/s, 4.3% of the matmul "
+        "rate (500 TFLOP/s)"
+    ) in summary
+    assert "- common.Matmul.track_bf16_tflops: aaaaaaaa" in summary
+
+
+def test_backward_flops_and_a_ceiling_of_another_commit(tmp_path):
+    """The backward credits 2.5x the forward's work; a Matmul ceiling stored only for
+    another commit is not used: % of matmul is n/a (not run), TFLOP/s stays."""
+    res = tmp_path / "results"
+    params = [[1024], ["triton"], ["paper"], ["random"]]
+    new = {"nsa.NsaBackward.track_time": _entry(params, [2e-3])}
+    old = {"common.Matmul.track_bf16_tflops": [700.0, [], "1", 0, 1.0]}
+    for commit, date, data in (("a", 2, new), ("b", 1, old)):
+        _write(res, "h200", f"{commit * 8}-virtualenv-py3.12.json", {
+            "commit_hash": commit * 40, "date": date, "result_columns": COLUMNS, "results": data,
+        })  # fmt: skip
+    out = tmp_path / "out"
+    report.build(res, out)
+    (r,) = csv.DictReader(open(out / "nsa_backward.csv"))
+    assert math.isclose(float(r["kernel_tflops"]), 21.47483648, rel_tol=1e-12)
+    assert math.isclose(float(r["kernel_tok_s"]), 512_000.0, rel_tol=1e-12)
+    assert r["kernel_pct_of_matmul"] == "" and r["matmul_tflops"] == ""
+    assert r["kernel_na"] == ""  # the kernel's time was measured
+    summary = (out / "summary.md").read_text()
+    assert "% of the matmul rate n/a (no Matmul ceiling stored for this commit)" in summary
+    rows = report.nsa_table(report.Results(res), report.NSA["backward"])
+    assert rows[0]["kernel_pct_of_matmul"] is None
+
+
+def test_kda_bandwidth_from_the_cold_time_and_the_copy_rate(results, tmp_path):
+    """% of copy rate = 100 * the spec's bytes per call / cold time / the CopyRate of the
+    same commit (4000 GB/s): B = 64 unfused moves 64 * 2754624 bytes in 200 us."""
+    assert report.kda_verify_bytes(1, "H8-HV8", "unfused") == 2_754_624
+    assert report.kda_verify_bytes(1, "H8-HV8", "fused+ring") == 690_368
+    out = tmp_path / "out"
+    report.build(results, out)
+    bw = {(int(r["batch"]), r["mode"]): r for r in csv.DictReader(open(out / "kda_bandwidth.csv"))}
+    r = bw[(64, "unfused")]
+    assert int(r["bytes"]) == 64 * 2_754_624
+    assert math.isclose(float(r["gb_per_s"]), 881.47968, rel_tol=1e-12)
+    assert math.isclose(float(r["pct_of_copy"]), 22.036992, rel_tol=1e-12)
+    assert float(r["copy_gb_per_s"]) == COPY_GB_PER_S
+    r = bw[(1, "fused+ring")]  # 690368 bytes in 15 us
+    assert math.isclose(float(r["pct_of_copy"]), 100 * 690_368 / 15e-6 / 4e12, rel_tol=1e-12)
+    assert bw[(64, "fused+ring")]["pct_of_copy"] == "" and bw[(64, "fused+ring")]["na"] == "failed"
+    md = (out / "kda_bandwidth.md").read_text()
+    assert "Copy rate of the same commit (common.CopyRate): 4000 GB/s." in md
+    assert "| 64 | 22.0% | failed |" in md
+
+
+def test_kda_fused_over_unfused_ratios(tmp_path):
+    """The per-call table by batch in the four modes, with fused / unfused and
+    fused+ring / unfused+ring (seed-style / cold) in the markdown and their own CSV."""
+    res = tmp_path / "results"
+    modes = ["unfused", "unfused+ring", "fused", "fused+ring"]
+    params = [[1, 16], modes, ["safe"], ["H8-HV8"]]
+    seed = [20e-6, 16e-6, 10e-6, 4e-6, 40e-6, 32e-6, 30e-6, 40e-6]
+    cold = [40e-6, 32e-6, 30e-6, 8e-6, 80e-6, 64e-6, None, 16e-6]
+    data = {
+        "kda.KdaVerify.track_time": _entry(params, seed),
+        "kda.KdaVerify.track_time_cold": _entry(params, cold),
+    }
+    _write(res, "h200", "aaaaaaaa-virtualenv-py3.12.json", {
+        "commit_hash": "a" * 40, "date": 1, "result_columns": COLUMNS, "results": data,
+    })  # fmt: skip
+    out = tmp_path / "out"
+    written = report.build(res, out)
+    assert "kda_verify_ratio.csv" in written
+    md = (out / "kda_verify.md").read_text()
+    assert (
+        "| batch | unfused | unfused+ring | fused | fused+ring | fused / unfused "
+        "| fused+ring / unfused+ring |"
+    ) in md
+    assert (
+        "| 1 | 20.00 / 40.00 | 16.00 / 32.00 | 10.00 / 30.00 | 4.00 / 8.00 "
+        "| 0.50 / 0.75 | 0.25 / 0.25 |"
+    ) in md
+    assert (
+        "| 16 | 40.00 / 80.00 | 32.00 / 64.00 | 30.00 / failed | 40.00 / 16.00 "
+        "| 0.75 / failed | 1.25 / 0.25 |"
+    ) in md
+    rows = {int(r["batch"]): r for r in csv.DictReader(open(out / "kda_verify_ratio.csv"))}
+    cols = [f"{t}_{name}" for name, _, _ in report.KDA_RATIOS for t in ("seed", "cold")]
+    assert cols == [
+        "seed_fused_over_unfused",
+        "cold_fused_over_unfused",
+        "seed_fused_ring_over_unfused_ring",
+        "cold_fused_ring_over_unfused_ring",
+    ]
+    got = {b: [rows[b][k] for k in cols] for b in rows}
+    assert [float(x) for x in got[1]] == pytest.approx([0.5, 0.75, 0.25, 0.25], rel=1e-12)
+    assert got[16][1] == "" and rows[16]["na"] == "failed"
+    assert [float(got[16][i]) for i in (0, 2, 3)] == pytest.approx([0.75, 1.25, 0.25], rel=1e-12)
+    # A table without the unfused modes says the ratios were not run.
+    by_mode = {"fused": {"seed_us": 1.0, "_why": {}}}
+    assert report._ratio(by_mode, "fused", "unfused", "seed_us") == (
+        None,
+        na_reasons.NaReason.NOT_RUN,
+    )
+
+
+def test_shapes_agree_with_the_suite():
+    """The report's shapes and byte count are the suite's: NSA presets in this process,
+    the KDA verify's bytes in smoke (this process) and GPU mode (a fresh one)."""
+    from benchmarks import kda, nsa
+
+    for name, p in nsa.PRESETS.items():
+        shape = report.NSA_SHAPES[name]
+        assert (shape.B, shape.Hq, shape.D, shape.block_size, shape.S) == (
+            p.B, p.Hq, p.D, p.block_size, p.S
+        ), name  # fmt: skip
+    assert kda.SMOKE and set(kda.HEADS) == report.KDA_SMOKE_HEADS
+    for B in (1, 3):
+        for mode in kda.MODES:
+            assert report.kda_verify_bytes(B, "H1-HV2", mode) == kda.verify_bytes(B, 1, 2, mode)
+    code = (
+        "import json; from benchmarks import kda\n"
+        "print(json.dumps([kda.verify_bytes(B, 8, hv, m) for B in (1, 3) for hv in (8, 16)"
+        " for m in kda.MODES]))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTNBENCH_", "TRITON_"))}
+    env["ATTNBENCH_SMOKE"] = "0"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, text=True,
+                         capture_output=True, env=env).stdout  # fmt: skip
+    gpu = json.loads(out.splitlines()[-1])
+    ours = [report.kda_verify_bytes(B, f"H8-HV{hv}", m) for B in (1, 3) for hv in (8, 16)
+            for m in ["unfused", "unfused+ring", "fused", "fused+ring"]]  # fmt: skip
+    assert ours == gpu

@@ -7,17 +7,35 @@ Reads asv's result files (`results/<machine>/<commit8>-<env>.json`, format versi
 `results/benchmarks.json` for parameter names) and writes into --out:
 
     nsa_forward.csv, nsa_backward.csv      per (preset, pattern, seq_len): kernel and
-                                           reference ms, tokens/s, peak VRAM (GB), the
-                                           kernel's eager ms and tokens/s, n/a reasons
+                                           reference ms, tokens/s, TFLOP/s, % of the matmul
+                                           rate, peak VRAM (GB), the kernel's eager ms and
+                                           tokens/s, n/a reasons
     vram_vs_seqlen_{fwd,bwd}.png           peak VRAM vs seq_len, kernel vs reference,
     toks_vs_seqlen_{fwd,bwd}.png           tokens/s vs seq_len; reference OOM ceiling and
                                            the throughput crossover marked
-    kda_verify.csv, kda_verify.md          per-call us (seed-style / cold) and VRAM per mode
+    kda_verify.csv, kda_verify.md          per-call us (seed-style / cold) and VRAM per mode;
+                                           the table adds fused / unfused time ratios
+    kda_verify_ratio.csv                   those ratios per (gate, heads, batch)
     kda_block_v.csv, kda_block_v.md        the KDA_VERIFY_BLOCK_V sweep
-    kda_bandwidth.csv, kda_bandwidth.md    cold bytes/time as % of the copy rate measured
-                                           in the same run (nightly and smoke suites)
-    summary.md                             machine, commits, OOM ceilings, crossovers, and
-                                           the kernel's time growth over 4x the tokens
+    kda_bandwidth.csv, kda_bandwidth.md    the KDA spec's bytes per call over the cold time,
+                                           as % of the copy rate of the same commit
+    summary.md                             machine, commits, ceilings, OOM ceilings,
+                                           crossovers, throughput at the largest seq_len
+                                           and the kernel's time growth over 4x the tokens
+
+Derived figures are computed here from the stored times, never timed by benchmarks of their
+own (docs/benchmarks.md, "Derived figures"); a time is asv's stored value of the point, the
+median of its samples:
+
+    tokens/s        B * seq_len / time                                 (NSA, track_time)
+    TFLOP/s         nsa_flops(preset, seq_len, direction) / time / 1e12
+    % of matmul     100 * TFLOP/s / common.Matmul.track_bf16_tflops
+    % of copy rate  100 * kda_verify_bytes(batch, heads, mode) / cold time
+                    / (common.CopyRate.track_copy_gb_per_s * 1e9)      (KDA, track_time_cold)
+
+A ceiling (Matmul, CopyRate) is taken from the result files of the same machine and commit
+as the times it divides; where that commit has none, the percentage is n/a with the
+ceiling's reason (usually "not run": the default suite measures no ceiling).
 
 For every benchmark the newest result file (by date) of the machine that holds a value for
 it is used (or, where none does, the newest that holds the benchmark at all); the machine
@@ -40,13 +58,15 @@ import json
 import math
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ci.na_reasons import NaReason, classify, describe, is_oom, load_oom, log_path  # noqa: E402
 
 NSA = {"forward": "nsa.NsaForward", "backward": "nsa.NsaBackward"}
-KDA_VERIFY, KDA_BLOCK_V, KDA_BANDWIDTH = "kda.KdaVerify", "kda.KdaBlockV", "kda.KdaBandwidth"
+KDA_VERIFY, KDA_BLOCK_V = "kda.KdaVerify", "kda.KdaBlockV"
+MATMUL, COPY_RATE = "common.Matmul.track_bf16_tflops", "common.CopyRate.track_copy_gb_per_s"
 SHORT = {"forward": "fwd", "backward": "bwd"}
 # Parameter names of the suite's classes, used when benchmarks.json is missing.
 NSA_PARAMS = ["seq_len", "impl", "preset", "pattern"]
@@ -55,8 +75,98 @@ PARAM_NAMES = {
     NSA["backward"]: NSA_PARAMS,
     KDA_VERIFY: ["batch", "mode", "gate", "heads"],
     KDA_BLOCK_V: ["block_v", "mode", "batch"],
-    KDA_BANDWIDTH: ["batch", "mode", "gate", "heads"],
 }
+
+
+# ---------------------------------------------------------------- the work behind the rates
+
+
+@dataclass(frozen=True)
+class NsaShape:
+    """One NSA preset's shape (benchmarks/nsa.py's PRESETS; tests/test_report.py checks
+    that both agree): batch B, query heads Hq, head dim D, block size, S selected blocks."""
+
+    B: int
+    Hq: int
+    D: int
+    block_size: int
+    S: int
+
+
+NSA_SHAPES = {
+    "seed": NsaShape(B=1, Hq=16, D=64, block_size=64, S=16),
+    "paper": NsaShape(B=1, Hq=64, D=64, block_size=64, S=16),
+    "tiny-seed": NsaShape(B=1, Hq=4, D=32, block_size=16, S=3),
+    "tiny-paper": NsaShape(B=1, Hq=16, D=32, block_size=16, S=3),
+}
+# Work of one call relative to the forward's: the backward's dQ, dK, dV and the recomputed
+# scores make 2.5 times the forward's matmul work.
+NSA_FLOPS_FACTOR = {"forward": 1.0, "backward": 2.5}
+
+
+def nsa_tokens(preset, seq_len):
+    """Tokens one call processes: B * seq_len (None for an unknown preset)."""
+    shape = NSA_SHAPES.get(preset)
+    return None if shape is None or not seq_len else shape.B * seq_len
+
+
+def nsa_flops(preset, seq_len, direction):
+    """Useful work of one call (FLOP): QK^T and PV over S * block_size selected keys per
+    query, 4 * B * Hq * T * S * block_size * D for the forward, NSA_FLOPS_FACTOR times that
+    per direction. The dense reference is credited with the same work, so its TFLOP/s
+    compares like for like. None for an unknown preset."""
+    p = NSA_SHAPES.get(preset)
+    if p is None or not seq_len:
+        return None
+    return 4 * p.B * p.Hq * seq_len * p.S * p.block_size * p.D * NSA_FLOPS_FACTOR[direction]
+
+
+@dataclass(frozen=True)
+class KdaShape:
+    """The KDA verify's fixed sizes (benchmarks/kda.py): T draft tokens, head dim K = V,
+    conv width W, bytes per activation element (bf16 on a GPU, fp32 in smoke)."""
+
+    T: int
+    K: int
+    W: int
+    elt: int
+
+
+KDA_GPU_SHAPE = KdaShape(T=4, K=128, W=4, elt=2)
+KDA_SMOKE_SHAPE = KdaShape(T=2, K=16, W=4, elt=4)
+# The suite names its smoke head shapes apart from the GPU's, so the heads value says which
+# sizes a point ran at.
+KDA_SMOKE_HEADS = {"H1-HV2"}
+
+
+def parse_heads(heads):
+    """'H8-HV16' -> (8, 16); None when `heads` is not of that form."""
+    try:
+        h, hv = str(heads).split("-")
+        return int(h[1:]), int(hv[2:])
+    except ValueError:
+        return None
+
+
+def kda_verify_bytes(batch, heads, mode):
+    """Bytes one verify must move at least (the KDA spec's count, benchmarks/kda.py's
+    verify_bytes): read the fp32 state once, write T snapshots of it (or the ring entries);
+    read mixed_qkv, a, b and the conv state; write the conv windows and o. None for a heads
+    value of another form."""
+    hh = parse_heads(heads)
+    if hh is None or not batch:
+        return None
+    (H, HV), s = hh, KDA_SMOKE_SHAPE if heads in KDA_SMOKE_HEADS else KDA_GPU_SHAPE
+    K = V = s.K
+    dim = 2 * H * K + HV * V
+    state = HV * V * K * 4
+    if str(mode).endswith("+ring"):
+        saves = s.T * (H * K * s.elt + HV * V * s.elt + HV * K * 4 + HV * 4)
+    else:
+        saves = s.T * state
+    reads = s.T * dim * s.elt + s.T * HV * K * s.elt + s.T * HV * s.elt + (s.W - 1) * dim * s.elt
+    writes = s.T * dim * (s.W - 1) * s.elt + s.T * HV * V * s.elt
+    return batch * (state + saves + reads + writes)
 
 
 # ---------------------------------------------------------------- reading asv's files
@@ -137,6 +247,7 @@ class Results:
             if not files:
                 raise SystemExit(f"report: no results for commit {commit} on {self.machine}")
         self.files, self.names, self.used = files, param_names(results_dir), {}
+        self.commits = {}  # benchmark name -> the full hash of the commit its values are from
         self.oom = load_oom(na_log or log_path(results_dir, self.machine))
 
     def get(self, name):
@@ -153,6 +264,7 @@ class Results:
         data, pts = (measured or found)[0]
         commit = str(data.get("commit_hash", "?"))
         self.used[name] = commit[:8]
+        self.commits[name] = commit
         out = {}
         for key, (value, raw) in pts.items():
             reason = classify(value, oom=is_oom(self.oom, commit, name, raw))
@@ -162,6 +274,29 @@ class Results:
 
     def rows(self, name):
         return list(self.get(name).values())
+
+    def ceiling(self, name, of):
+        """(value, NaReason or None) of the parameterless benchmark `name` (a device
+        ceiling) in the result files of the commit that benchmark `of`'s values are from
+        (Results.get), this machine; (None, NOT_RUN) when that commit has none."""
+        commit = self.commits.get(of)
+        if commit is None:
+            self.get(of)
+            commit = self.commits.get(of)
+        found = None
+        for data in self.files:
+            if commit is None or str(data.get("commit_hash", "")) != commit:
+                continue
+            pts = points(data, name, [])
+            if not pts:
+                continue
+            value, raw = next(iter(pts.values()))
+            reason = classify(value, oom=is_oom(self.oom, commit, name, raw))
+            if reason is None:
+                self.used[name] = commit[:8]
+                return _number(value), None
+            found = found or reason
+        return None, found or NaReason.NOT_RUN
 
 
 # ---------------------------------------------------------------- NSA tables and plots
@@ -174,16 +309,18 @@ _PRIORITY = [NaReason.OUT_OF_MEMORY, NaReason.FAILED, NaReason.SKIPPED, NaReason
 NSA_METRICS = {
     "ms": "track_time",
     "eager_ms": "track_time_eager",
-    "tok_s": "track_tokens_per_s",
     "vram_gb": "track_peak_vram_bytes",
 }
-NSA_SCALE = {"ms": 1e3, "eager_ms": 1e3, "tok_s": 1.0, "vram_gb": 1e-9}
+NSA_SCALE = {"ms": 1e3, "eager_ms": 1e3, "vram_gb": 1e-9}
+# Columns derived from `ms` (docs/benchmarks.md, "Derived figures"): tokens/s, TFLOP/s and
+# % of the matmul rate of the same commit.
+NSA_DERIVED = ["tok_s", "tflops", "pct_of_matmul"]
 
 
 # CSV columns per side; the reference has no eager figure of its own (its `ms` is one).
 NSA_COLUMNS = {
-    "kernel": ["ms", "tok_s", "eager_ms", "eager_tok_s", "vram_gb"],
-    "ref": ["ms", "tok_s", "vram_gb"],
+    "kernel": ["ms", "tok_s", "tflops", "pct_of_matmul", "eager_ms", "eager_tok_s", "vram_gb"],
+    "ref": ["ms", "tok_s", "tflops", "pct_of_matmul", "vram_gb"],
 }
 
 
@@ -194,9 +331,12 @@ def point_reason(reasons):
     return min(reasons, key=_PRIORITY.index)
 
 
-def nsa_table(res, cls):
-    """Rows per (preset, pattern, seq_len): kernel and reference figures, and the reason
-    (a NaReason code, "" when measured) of each side's missing point."""
+def nsa_table(res, cls, direction=None):
+    """Rows per (preset, pattern, seq_len): kernel and reference figures, the derived ones
+    (tokens/s, TFLOP/s, % of the matmul rate: `derive_nsa`), the matmul ceiling used, and
+    the reason (a NaReason code, "" when measured) of each side's missing point.
+    `direction` ("forward" or "backward") sets the FLOP count; default: the one `cls` is."""
+    direction = direction or next((d for d, c in NSA.items() if c == cls), "forward")
     table, why = {}, {}
     for col, method in NSA_METRICS.items():
         for p, v, reason in res.rows(f"{cls}.{method}"):
@@ -210,17 +350,6 @@ def nsa_table(res, cls):
             per = why[key].setdefault(side, {})
             for col in NSA_METRICS:
                 per.setdefault(col, NaReason.NOT_RUN)
-    # The default suite records time only; tokens/s follows from it (every preset has B=1,
-    # so a call processes seq_len tokens).
-    for key, row in table.items():
-        T = key[2]
-        for side in ("kernel", "ref"):
-            ms = row.get(f"{side}_ms")
-            if row.get(f"{side}_tok_s") is None and ms and T:
-                row[f"{side}_tok_s"] = T / (ms / 1e3)
-                why[key][side]["tok_s"] = None
-            eager = row.get(f"{side}_eager_ms")
-            row[f"{side}_eager_tok_s"] = T / (eager / 1e3) if eager and T else None
     # The dense reference ignores the pattern: borrow another pattern's figures where this
     # one has none, and its reason where this pattern did not run the reference at all.
     for key, row in table.items():
@@ -234,6 +363,9 @@ def nsa_table(res, cls):
                     row[f"ref_{col}"], mine[col] = other[f"ref_{col}"], None
                 elif mine[col] is NaReason.NOT_RUN and theirs[col] is not None:
                     mine[col] = theirs[col]
+    matmul, matmul_why = res.ceiling(MATMUL, f"{cls}.track_time")
+    for (preset, _, T), row in table.items():
+        derive_nsa(row, why[(preset, _, T)], preset, T, direction, matmul, matmul_why)
     rows = []
     for key, row in sorted(
         table.items(), key=lambda kv: tuple(map(str, kv[0][:2])) + (kv[0][2] or 0,)
@@ -243,11 +375,34 @@ def nsa_table(res, cls):
         for side in ("kernel", "ref"):
             for col in NSA_COLUMNS[side]:
                 full[f"{side}_{col}"] = row.get(f"{side}_{col}")
+        full["matmul_tflops"] = matmul
         for side in ("kernel", "ref"):
             reason = point_reason([why[key][side][c] for c in ("ms", "vram_gb")])
             full[f"{side}_na"] = "" if reason is None else reason.value
         rows.append(full)
     return rows
+
+
+def derive_nsa(row, why, preset, T, direction, matmul, matmul_why):
+    """Fill one row's derived columns in place from its `{side}_ms` (graph replay for the
+    kernel, per call for the reference) and `kernel_eager_ms`: tokens/s = B*T / time,
+    TFLOP/s = nsa_flops / time / 1e12, % of matmul = 100 * TFLOP/s / `matmul` (TFLOP/s, the
+    ceiling of the same commit, None when it has none). `why[side][col]` gets each derived
+    cell's reason: the time's, or for the percentage the ceiling's (`matmul_why`)."""
+    tokens, flops = nsa_tokens(preset, T), nsa_flops(preset, T, direction)
+    for side in ("kernel", "ref"):
+        ms, per = row.get(f"{side}_ms"), why[side]
+        seconds = ms / 1e3 if ms else None
+        tok = tokens / seconds if seconds and tokens else None
+        tflops = flops / seconds / 1e12 if seconds and flops else None
+        pct = 100.0 * tflops / matmul if tflops is not None and matmul else None
+        row[f"{side}_tok_s"], row[f"{side}_tflops"], row[f"{side}_pct_of_matmul"] = tok, tflops, pct
+        for col in NSA_DERIVED:
+            per[col] = per["ms"]
+        if per["ms"] is None and pct is None:
+            per["pct_of_matmul"] = matmul_why or NaReason.NOT_RUN
+        eager = row.get(f"{side}_eager_ms")
+        row[f"{side}_eager_tok_s"] = tokens / (eager / 1e3) if eager and tokens else None
 
 
 def _reason(row, side):
@@ -406,14 +561,14 @@ def _marks(ax, rows, metric):
 
 
 def kda_rows(res, cls, keys, methods):
-    """Rows keyed by `keys` with one column per method (us for times, MB for bytes, %
-    as stored) and `na`: the reasons of the row's missing cells ("" when none)."""
+    """Rows keyed by `keys` with one column per method (us for times, MB for bytes) and
+    `na`: the reasons of the row's missing cells ("" when none)."""
     table, why = {}, {}
     for col, method in methods.items():
         for p, v, reason in res.rows(f"{cls}.{method}"):
             key = tuple(p.get(k) for k in keys)
             row = table.setdefault(key, dict(zip(keys, key, strict=True)))
-            scale = 1e-6 if method.endswith("bytes") else 1.0 if "_pct_" in method else 1e6
+            scale = 1e-6 if method.endswith("bytes") else 1e6
             row[col] = None if v is None else v * scale
             why.setdefault(key, {})[col] = reason
     for key, row in table.items():
@@ -443,8 +598,9 @@ def _cell(row, col, digits=2, suffix=""):
     return _fmt(x, digits, row.get("_why", {}).get(col)) + ("" if x is None else suffix)
 
 
-def markdown_grid(rows, section_keys, row_key, col_key, cell):
-    """One markdown table per section: rows x columns, cells from `cell(row)`."""
+def markdown_grid(rows, section_keys, row_key, col_key, cell, extra=()):
+    """One markdown table per section: rows x columns, cells from `cell(row)`; `extra`:
+    (header, fn) pairs of further columns, fn(the table row's rows by column value) -> text."""
     lines = []
     sections = sorted({tuple(r[k] for k in section_keys) for r in rows}, key=str)
     for sec in sections:
@@ -455,12 +611,84 @@ def markdown_grid(rows, section_keys, row_key, col_key, cell):
             "### " + ", ".join(f"{k}={v}" for k, v in zip(section_keys, sec, strict=True)),
             "",
         ]
-        lines.append(f"| {row_key} | " + " | ".join(map(str, cols)) + " |")
-        lines.append("| ---: | " + " | ".join("---:" for _ in cols) + " |")
+        heads = [*map(str, cols), *(h for h, _ in extra)]
+        lines.append(f"| {row_key} | " + " | ".join(heads) + " |")
+        lines.append("| ---: | " + " | ".join("---:" for _ in heads) + " |")
         for rv in sorted({r[row_key] for r in srows}):
-            cells = {r[col_key]: cell(r) for r in srows if r[row_key] == rv}
-            lines.append(f"| {rv} | " + " | ".join(cells.get(c, "not run") for c in cols) + " |")
+            by_col = {r[col_key]: r for r in srows if r[row_key] == rv}
+            cells = [cell(by_col[c]) if c in by_col else "not run" for c in cols]
+            cells += [fn(by_col) for _, fn in extra]
+            lines.append(f"| {rv} | " + " | ".join(cells) + " |")
     return lines
+
+
+# The fused/unfused comparisons of the KDA table: (column, numerator mode, denominator mode).
+KDA_RATIOS = [
+    ("fused_over_unfused", "fused", "unfused"),
+    ("fused_ring_over_unfused_ring", "fused+ring", "unfused+ring"),
+]
+
+
+def _ratio(by_mode, num, den, col):
+    """(by_mode[num][col] / by_mode[den][col], None) or (None, the reason of the missing
+    figure: the numerator's first, NOT_RUN for a mode not in the table)."""
+    figures = []
+    for mode in (num, den):
+        row = by_mode.get(mode)
+        if row is None:
+            return None, NaReason.NOT_RUN
+        if row.get(col) is None:
+            return None, row.get("_why", {}).get(col) or NaReason.NOT_RUN
+        figures.append(row[col])
+    return (figures[0] / figures[1], None) if figures[1] else (None, NaReason.SKIPPED)
+
+
+def kda_ratio_rows(verify):
+    """Per (gate, heads, batch): fused / unfused and fused+ring / unfused+ring per-call
+    time, seed-style and cold (below 1: the fused kernel is faster), and `na`, the reasons
+    of the missing ratios."""
+    groups = {}
+    for r in verify:
+        groups.setdefault((r["gate"], r["heads"], r["batch"]), {})[r["mode"]] = r
+    out = []
+    for (gate, heads, batch), by_mode in groups.items():
+        row, why = {"gate": gate, "heads": heads, "batch": batch}, {}
+        for name, num, den in KDA_RATIOS:
+            for timing in ("seed", "cold"):
+                col = f"{timing}_{name}"
+                row[col], why[col] = _ratio(by_mode, num, den, f"{timing}_us")
+        row["na"], row["_why"] = describe(why.values()), why
+        out.append(row)
+    return out
+
+
+def _ratio_cell(by_mode, num, den):
+    """ "seed / cold" ratio text of one table row (the reason where a ratio is missing)."""
+    parts = []
+    for timing in ("seed", "cold"):
+        x, why = _ratio(by_mode, num, den, f"{timing}_us")
+        parts.append(_fmt(x, 2, why))
+    return " / ".join(parts)
+
+
+def kda_bandwidth_rows(res, verify):
+    """The KDA spec's bytes per call (kda_verify_bytes) over the stored cold time, as % of
+    common.CopyRate's copy rate of the same commit as KdaVerify.track_time_cold."""
+    copy_gbps, copy_why = res.ceiling(COPY_RATE, f"{KDA_VERIFY}.track_time_cold")
+    out = []
+    for r in verify:
+        nbytes = kda_verify_bytes(r["batch"], r["heads"], r["mode"])
+        cold = r.get("cold_us")
+        gbps = nbytes / (cold * 1e-6) / 1e9 if cold and nbytes else None
+        pct = 100.0 * gbps / copy_gbps if gbps is not None and copy_gbps else None
+        why = r["_why"].get("cold_us")
+        if why is None and pct is None:
+            why = copy_why or NaReason.NOT_RUN
+        row = {k: r[k] for k in ("gate", "heads", "batch", "mode")}
+        row.update(bytes=nbytes, cold_us=cold, gb_per_s=gbps, copy_gb_per_s=copy_gbps)
+        row.update(pct_of_copy=pct, na=describe([why]), _why={"pct_of_copy": why})
+        out.append(row)
+    return out
 
 
 def _csv_fields(rows):
@@ -475,10 +703,21 @@ def write_kda(out, res):
     verify = kda_rows(res, KDA_VERIFY, keys, {**times, "peak_vram_mb": "track_peak_vram_bytes"})
     if verify:
         write_csv(out / "kda_verify.csv", verify, _csv_fields(verify))
-        lines = ["# KDA chain-verify: us per call (seed-style / cold), CUDA-graph replays", ""]
-        lines += markdown_grid(verify, ["gate", "heads"], "batch", "mode", cell)
+        ratios = kda_ratio_rows(verify)
+        write_csv(out / "kda_verify_ratio.csv", ratios, _csv_fields(ratios))
+        lines = [
+            "# KDA chain-verify: us per call (seed-style / cold), CUDA-graph replays",
+            "",
+            "The last two columns: fused / unfused and fused+ring / unfused+ring per-call "
+            "time (seed-style / cold); below 1 the fused kernel is faster.",
+        ]
+        extra = [
+            ("fused / unfused", lambda m: _ratio_cell(m, "fused", "unfused")),
+            ("fused+ring / unfused+ring", lambda m: _ratio_cell(m, "fused+ring", "unfused+ring")),
+        ]
+        lines += markdown_grid(verify, ["gate", "heads"], "batch", "mode", cell, extra)
         (out / "kda_verify.md").write_text("\n".join(lines) + "\n")
-        written += ["kda_verify.csv", "kda_verify.md"]
+        written += ["kda_verify.csv", "kda_verify_ratio.csv", "kda_verify.md"]
     block_v = kda_rows(res, KDA_BLOCK_V, ["batch", "mode", "block_v"], times)
     if block_v:
         write_csv(out / "kda_block_v.csv", block_v, _csv_fields(block_v))
@@ -486,10 +725,16 @@ def write_kda(out, res):
         lines += markdown_grid(block_v, ["batch"], "block_v", "mode", cell)
         (out / "kda_block_v.md").write_text("\n".join(lines) + "\n")
         written += ["kda_block_v.csv", "kda_block_v.md"]
-    bandwidth = kda_rows(res, KDA_BANDWIDTH, keys, {"pct_of_copy": "track_pct_of_copy_rate"})
+    bandwidth = kda_bandwidth_rows(res, verify)
     if bandwidth:
         write_csv(out / "kda_bandwidth.csv", bandwidth, _csv_fields(bandwidth))
-        lines = ["# KDA chain-verify, cold: the spec's bytes per call / time, % of copy rate", ""]
+        copy = bandwidth[0]["copy_gb_per_s"]
+        rate = f"{copy:.0f} GB/s" if copy else "n/a"
+        lines = [
+            "# KDA chain-verify, cold: the spec's bytes per call / time, % of copy rate",
+            "",
+            f"Copy rate of the same commit (common.CopyRate): {rate}.",
+        ]
         lines += markdown_grid(
             bandwidth,
             ["gate", "heads"],
@@ -529,6 +774,9 @@ def nsa_summary(direction, preset, prows):
         kernel_na = na_summary(pat_rows, "kernel")
         if kernel_na:
             lines.append(f"  - {pattern}: kernel n/a: {kernel_na}")
+        rate = throughput_line(pat_rows)
+        if rate:
+            lines.append(f"  - {pattern}: {rate}")
         scale = scaling(pat_rows)
         if scale:
             lines.append(
@@ -536,6 +784,25 @@ def nsa_summary(direction, preset, prows):
                 f"to {scale[1]} (4x the tokens; linear = 4.00)"
             )
     return lines
+
+
+def throughput_line(rows):
+    """The kernel's derived figures at its largest measured seq_len, as one line of text:
+    "kernel at seq_len 32768: 1.23e+07 tokens/s, 45.6 TFLOP/s, 6.6% of the matmul rate
+    (690 TFLOP/s)"; "" without a measured point."""
+    measured = [r for r in rows if r.get("kernel_tok_s") is not None]
+    if not measured:
+        return ""
+    r = max(measured, key=lambda r: r["seq_len"])
+    text = f"kernel at seq_len {r['seq_len']}: {r['kernel_tok_s']:.3g} tokens/s"
+    if r.get("kernel_tflops") is not None:
+        text += f", {r['kernel_tflops']:.3g} TFLOP/s"
+    if r.get("kernel_pct_of_matmul") is not None:
+        text += f", {r['kernel_pct_of_matmul']:.1f}% of the matmul rate"
+        text += f" ({r['matmul_tflops']:.0f} TFLOP/s)"
+    else:
+        text += ", % of the matmul rate n/a (no Matmul ceiling stored for this commit)"
+    return text
 
 
 def build(results_dir, out, machine=None, commit=None, na_log=None):
