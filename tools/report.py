@@ -364,8 +364,9 @@ def nsa_table(res, cls, direction=None):
                 elif mine[col] is NaReason.NOT_RUN and theirs[col] is not None:
                     mine[col] = theirs[col]
     matmul, matmul_why = res.ceiling(MATMUL, f"{cls}.track_time")
-    for (preset, _, T), row in table.items():
-        derive_nsa(row, why[(preset, _, T)], preset, T, direction, matmul, matmul_why)
+    for key, row in table.items():
+        preset, _, T = key
+        derive_nsa(row, why[key], preset, T, direction, matmul, matmul_why)
     rows = []
     for key, row in sorted(
         table.items(), key=lambda kv: tuple(map(str, kv[0][:2])) + (kv[0][2] or 0,)
