@@ -27,6 +27,7 @@ import math
 
 import torch
 
+from . import kda_cases as cases
 from .common import (
     DEVICE,
     DTYPE,
@@ -34,14 +35,12 @@ from .common import (
     SAMPLES,
     SMOKE,
     check_close,
-    generator,
     grid,
     load_api,
     metric,
     peak_bytes,
     per_call_seconds,
     preimport,
-    randn,
     require_device,
     setup_oom_as_nan,
     timing_result,
@@ -49,9 +48,9 @@ from .common import (
 
 preimport("kernels.kda")
 
-MODES = ["unfused", "unfused+ring", "fused", "fused+ring"]
+MODES = list(cases.MODES)  # the asv parameter values: the modes' strings
 GATES = {"standard": None, "safe": -5.0}  # the safe gate's lower_bound
-T_DRAFT, CONV_W, RING = (2 if SMOKE else 4), 4, 16
+T_DRAFT, CONV_W, RING = (2 if SMOKE else 4), cases.CONV_W, cases.RING_LEN
 HEAD_DIM = 16 if SMOKE else 128  # K = V
 GRAPH_CALLS = 1 if SMOKE else 10  # calls per captured graph (the seed's GRAPH_BATCH on a GPU)
 COLD_L2_FACTOR = 3  # bytes touched between two uses of a cold set, in L2 sizes
@@ -68,124 +67,41 @@ def parse_heads(heads):
 
 
 def make_inputs(B, H, HV, mode, seed):
-    """One verify's buffers (the seed's layout); only the save buffers the mode writes."""
-    K = V = HEAD_DIM
-    dim, N, lines = 2 * H * K + HV * V, B * T_DRAFT, B + 1
-    gen = generator(seed)
-    f32 = torch.float32
-    x = {
-        "mixed": randn(gen, N, dim, scale=0.5),
-        "w": randn(gen, dim, CONV_W, scale=0.3),
-        "bias": randn(gen, dim, scale=0.1),
-        "a": randn(gen, N, HV * K, scale=0.5),
-        "b": randn(gen, N, HV),
-        "A_log": randn(gen, HV, dtype=f32, scale=0.5),
-        "dt_bias": randn(gen, HV * K, dtype=f32, scale=0.5),
-        # [lines, W-1, dim] storage, used through a [lines, dim, W-1] view (dim stride 1).
-        "conv": randn(gen, lines, CONV_W - 1, dim),
-        "ssm": randn(gen, lines, HV, V, K, dtype=f32, scale=0.2),
-        "win": torch.zeros(lines, T_DRAFT, CONV_W - 1, dim, device=DEVICE, dtype=DTYPE),
-        "idx": torch.arange(B, device=DEVICE, dtype=torch.int32),
-        "cu": torch.arange(B + 1, device=DEVICE, dtype=torch.int32) * T_DRAFT,
-    }
-    if mode.endswith("+ring"):
-        x["rawk"] = randn(gen, lines, H, RING, K)
-        x["rawv"] = randn(gen, lines, HV, RING, V)
-        x["g"] = randn(gen, lines, HV, RING, K, dtype=f32)
-        x["beta"] = randn(gen, lines, HV, RING, dtype=f32)
-    else:
-        x["snap"] = torch.zeros(lines, T_DRAFT, HV, V, K, device=DEVICE, dtype=f32)
-    return x
-
-
-def validate_call_indices(api, x):
-    """Range and duplicate check of the indices of a call on buffers `x` against the pools
-    they address (kernels.kda.validate_indices; it reads the values, so it runs here, at
-    setup, never in a timed graph). Commits without the helper skip it."""
-    validate = getattr(api.module, "validate_indices", None)
-    if validate is None:
-        return
-    validate(x["idx"], x["conv"], "conv_state_indices", distinct=False)  # read only
-    validate(x["idx"], x["ssm"], "cache_indices")
-    validate(x["idx"], x["win"], "intermediate_state_indices")
-    if "snap" in x:
-        validate(x["idx"], x["snap"], "intermediate_state_indices")
+    """One verify's buffers at the suite's sizes (kda_cases.make_inputs): only the save
+    buffers `mode` writes, identity slot/line maps, zero windows and snapshots."""
+    return cases.make_inputs(
+        B, T_DRAFT, H, HV, HEAD_DIM, HEAD_DIM, dtype=DTYPE, device=DEVICE, seed=seed, mode=mode,
+        ring_len=RING,
+    )  # fmt: skip
 
 
 def make_call(api, mode, x, B, H, HV, lower_bound):
-    """A zero-argument callable running one verify in `mode` on buffers `x`; returns o.
-    The indices are checked first (validate_call_indices)."""
-    validate_call_indices(api, x)
-    K = V = HEAD_DIM
-    ring = mode.endswith("+ring")
-    conv_state, window = x["conv"].transpose(-1, -2), x["win"].transpose(-1, -2)
-    saves = {
-        "cache_ring": ring,
-        "replayssm_rawk": x.get("rawk"),
-        "replayssm_rawv": x.get("rawv"),
-        "replayssm_g": x.get("g"),
-        "replayssm_beta": x.get("beta"),
-    }
-    snap = x.get("snap")
-    if mode.startswith("fused"):
-        kwargs = dict(
-            mixed_qkv=x["mixed"], conv_weight=x["w"], conv_bias=x["bias"], conv_state=conv_state,
-            conv_state_indices=x["idx"], intermediate_conv_window=window,
-            intermediate_state_indices=x["idx"], a=x["a"], b=x["b"], A_log=x["A_log"],
-            dt_bias=x["dt_bias"], ssm_states=x["ssm"], cache_indices=x["idx"],
-            intermediate_states_buffer=snap, T=T_DRAFT, num_q_heads=H, num_v_heads=HV,
-            head_k_dim=K, head_v_dim=V, lower_bound=lower_bound, **saves,
-        )  # fmt: skip
-        return lambda: api.fused_kda_conv_gating_verify(**kwargs)
-
-    dim = x["mixed"].shape[1]
-
-    def unfused():
-        x3 = x["mixed"].reshape(B, T_DRAFT, dim).transpose(1, 2)
-        y = api.causal_conv1d_update(
-            x3, conv_state, x["w"], x["bias"], activation="silu", conv_state_indices=x["idx"],
-            intermediate_conv_window=window, intermediate_state_indices=x["idx"],
-        )  # fmt: skip
-        q, k, v = y.transpose(1, 2).reshape(B * T_DRAFT, dim).split([H * K, H * K, HV * V], -1)
-        return api.fused_sigmoid_gating_delta_rule_update(
-            A_log=x["A_log"], a=x["a"], dt_bias=x["dt_bias"], softplus_beta=1.0,
-            softplus_threshold=20.0, q=q.unflatten(-1, (H, K))[None],
-            k=k.unflatten(-1, (H, K))[None], v=v.unflatten(-1, (HV, V))[None], b=x["b"],
-            initial_state_source=x["ssm"], initial_state_indices=x["idx"],
-            use_qk_l2norm_in_kernel=True, cu_seqlens=x["cu"], is_kda=True,
-            disable_state_update=True, intermediate_states_buffer=snap,
-            intermediate_state_indices=None if ring else x["idx"], cache_steps=T_DRAFT,
-            retrieve_parent_token=None, lower_bound=lower_bound, **saves,
-        )  # fmt: skip
-
-    return unfused
+    """A zero-argument callable running one verify in `mode` on buffers `x`; returns o
+    (kda_cases.make_call; the indices are checked first, at setup)."""
+    return cases.make_call(api, mode, x, B, T_DRAFT, H, HV, HEAD_DIM, HEAD_DIM, lower_bound)
 
 
 def check_against_reference(api, mode, H, HV, lower_bound):
     """The mode's o (and snapshots) against kernels.kda.reference.verify on a small batch."""
     B, K = CHECK_BATCH, HEAD_DIM
     x = make_inputs(B, H, HV, mode, seed=7)
-    ref = api.reference.verify(
-        x["mixed"], x["w"], x["bias"], x["conv"].transpose(-1, -2), x["idx"], x["a"], x["b"],
-        x["A_log"], x["dt_bias"], x["ssm"], x["idx"], T_DRAFT, H, HV, K, K,
-        lower_bound=lower_bound,
-    )  # fmt: skip
+    ref = cases.reference_verify(api.reference, x, T_DRAFT, H, HV, K, K, lower_bound)
     o = make_call(api, mode, x, B, H, HV, lower_bound)()
     check_close(f"{mode} o", o.reshape(ref["o"].shape), ref["o"])
-    if "snap" in x:
-        check_close(f"{mode} snapshots", x["snap"][:B], ref["states"])
+    if "inter_ssm" in x:
+        check_close(f"{mode} snapshots", x["inter_ssm"][:B], ref["states"])
 
 
 def check_ring_bitwise(api, H, HV, lower_bound):
     """fused+ring must write exactly the ring bytes unfused+ring writes (whole buffers)."""
     B = RING_CHECK_BATCH
-    ref = make_inputs(B, H, HV, "unfused+ring", seed=11)
-    fus = make_inputs(B, H, HV, "fused+ring", seed=11)
-    make_call(api, "unfused+ring", ref, B, H, HV, lower_bound)()
-    make_call(api, "fused+ring", fus, B, H, HV, lower_bound)()
+    ref = make_inputs(B, H, HV, cases.UNFUSED_RING, seed=11)
+    fus = make_inputs(B, H, HV, cases.FUSED_RING, seed=11)
+    make_call(api, cases.UNFUSED_RING, ref, B, H, HV, lower_bound)()
+    make_call(api, cases.FUSED_RING, fus, B, H, HV, lower_bound)()
     if not SMOKE:
         torch.cuda.synchronize()
-    for name in ("rawk", "rawv", "g", "beta"):
+    for name in cases.RING_NAMES:
         if not torch.equal(ref[name], fus[name]):
             raise AssertionError(f"ring mismatch in {name}: fused+ring != unfused+ring bytes")
 
@@ -209,7 +125,7 @@ class _Verify:
         H, HV = parse_heads(heads)
         self.case = (batch, H, HV, mode, GATES[gate])
         check_against_reference(self.api, mode, H, HV, GATES[gate])
-        if mode.endswith("+ring"):
+        if cases.is_ring(mode):
             check_ring_bitwise(self.api, H, HV, GATES[gate])
         self.fn = self.call(seed=0)
 
@@ -238,7 +154,7 @@ def cold_set_count(B, H, HV, mode, l2):
     stores, which are streamed and never read back, so they are not counted on to evict
     anything."""
     touched = verify_bytes(B, H, HV, mode)
-    if not mode.endswith("+ring"):
+    if not cases.is_ring(mode):
         touched -= B * T_DRAFT * HV * HEAD_DIM * HEAD_DIM * 4
     n = math.ceil(COLD_L2_FACTOR * l2 / touched) + 1  # + 1: the set itself
     n = GRAPH_CALLS * math.ceil(n / GRAPH_CALLS)
@@ -294,7 +210,7 @@ def verify_bytes(B, H, HV, mode):
     T, W, elt = T_DRAFT, CONV_W, torch.finfo(DTYPE).bits // 8
     dim = 2 * H * K + HV * V
     state = HV * V * K * 4
-    if mode.endswith("+ring"):
+    if cases.is_ring(mode):
         saves = T * (H * K * elt + HV * V * elt + HV * K * 4 + HV * 4)
     else:
         saves = T * state
@@ -313,7 +229,7 @@ if FULL_SUITE:  # the tuning sweep: nightly and smoke only (common.FULL_SUITE)
         version = "1"
         params = [
             grid([2, 4, 8, 16, 32], smoke=[4]),
-            grid(["fused", "fused+ring"], smoke=["fused+ring"]),
+            grid([cases.FUSED, cases.FUSED_RING], smoke=[cases.FUSED_RING]),
             grid([64], nightly=[1, 16, 64], smoke=[1]),
         ]
         param_names = ["block_v", "mode", "batch"]
