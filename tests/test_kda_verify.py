@@ -9,20 +9,18 @@ that must stay untouched both show.
 import pytest
 import torch
 
+import kernels.kda as kda
 import kernels.kda.common as common
 import kernels.kda.fused_verify as fused_mod
 import kernels.kda.recurrent as rec_mod
-from kernels.kda import (
-    causal_conv1d_update,
-    fused_kda_conv_gating_verify,
-    fused_sigmoid_gating_delta_rule_update,
-    validate_indices,
-)
+from benchmarks import kda_cases as cases
+
+# conv_args, fused_kwargs and recurrent_kwargs: the other KDA tests take them from here too.
+from benchmarks.kda_cases import MODES, conv_args, fused_kwargs, recurrent_kwargs  # noqa: F401
+from kernels.kda import causal_conv1d_update, fused_sigmoid_gating_delta_rule_update
 from kernels.kda import reference as ref_mod
 
-W = 4
-RING = 16
-MODES = ("unfused", "unfused+ring", "fused", "fused+ring")
+W, RING = cases.CONV_W, cases.RING_LEN
 NAN = float("nan")
 
 
@@ -43,148 +41,28 @@ def same_bits(x, y):
 
 
 def make_inputs(B, T, H, HV, K, V, dtype, device, seed=0, pad=None, ring_len=RING):
-    """Seeded inputs with NaN-poisoned outputs, non-identity slot/line maps, optional padding."""
-    g = torch.Generator().manual_seed(seed)
-    dim = 2 * H * K + HV * V
-    N, lines = B * T, B + 2
-    rnd = lambda *s, dt=dtype, sc=1.0: (torch.randn(*s, generator=g) * sc).to(
-        device=device, dtype=dt
-    )
-    full = lambda *s, dt=dtype: torch.full(s, NAN, device=device, dtype=dt)
-    # Slots and lines are shuffled and differ from each other, so a wrong index shows.
-    slots = torch.randperm(lines, generator=g)[:B].to(torch.int32)
-    inter = torch.randperm(lines, generator=g)[:B].to(torch.int32)
-    if pad is not None:
-        slots[pad] = -1
-    return {
-        "mixed": rnd(N, dim, sc=0.5),
-        "w": rnd(dim, W, sc=0.3),
-        "bias": rnd(dim, sc=0.1),
-        "a": rnd(N, HV * K, sc=0.5),
-        "b": rnd(N, HV),
-        "A_log": rnd(HV, dt=torch.float32, sc=0.5),
-        "dt_bias": rnd(HV * K, dt=torch.float32, sc=0.5),
-        "conv_pool": rnd(lines, W - 1, dim),
-        "ssm": rnd(lines, HV, V, K, dt=torch.float32, sc=0.2),
-        "win_pool": full(lines, T, W - 1, dim),
-        "inter_ssm": full(lines, T, HV, V, K, dt=torch.float32),
-        "rawv": full(lines, HV, ring_len, V),
-        "rawk": full(lines, H, ring_len, K),
-        "g": full(lines, HV, ring_len, K, dt=torch.float32),
-        "beta": full(lines, HV, ring_len, dt=torch.float32),
-        "cache_indices": slots.to(device),
-        "inter_indices": inter.to(device),
-        "cu": torch.arange(0, B + 1, device=device, dtype=torch.int32) * T,
-    }
-
-
-def _ring_kwargs(inp, on):
-    names = ("rawv", "rawk", "g", "beta")
-    return dict(cache_ring=on, **{f"replayssm_{n}": inp[n] if on else None for n in names})
-
-
-def fused_kwargs(mode, inp, T, H, HV, K, V, lower_bound=None):
-    """Keywords of the benchmark's fused call."""
-    ring = mode.endswith("+ring")
-    return dict(
-        mixed_qkv=inp["mixed"],
-        conv_weight=inp["w"],
-        conv_bias=inp["bias"],
-        conv_state=inp["conv_pool"].transpose(-1, -2),
-        conv_state_indices=inp["cache_indices"],
-        intermediate_conv_window=inp["win_pool"].transpose(-1, -2),
-        intermediate_state_indices=inp["inter_indices"],
-        a=inp["a"],
-        b=inp["b"],
-        A_log=inp["A_log"],
-        dt_bias=inp["dt_bias"],
-        ssm_states=inp["ssm"],
-        cache_indices=inp["cache_indices"],
-        intermediate_states_buffer=None if ring else inp["inter_ssm"],
-        scale=K**-0.5,
-        T=T,
-        num_q_heads=H,
-        num_v_heads=HV,
-        head_k_dim=K,
-        head_v_dim=V,
-        lower_bound=lower_bound,
-        **_ring_kwargs(inp, ring),
-    )
-
-
-def conv_args(inp, B, T):
-    """Positional and keyword arguments of the benchmark's conv call."""
-    x3 = inp["mixed"].reshape(B, T, -1).transpose(1, 2)
-    args = (x3, inp["conv_pool"].transpose(-1, -2), inp["w"], inp["bias"])
-    kwargs = dict(
-        activation="silu",
-        conv_state_indices=inp["cache_indices"],
-        intermediate_conv_window=inp["win_pool"].transpose(-1, -2),
-        intermediate_state_indices=inp["inter_indices"],
-    )
-    return args, kwargs
-
-
-def recurrent_kwargs(mode, inp, conv_out, T, H, HV, K, V, lower_bound=None):
-    """Keywords of the benchmark's recurrent call; conv_out is [B, dim, T] as the conv returns."""
-    ring = mode.endswith("+ring")
-    N = inp["mixed"].shape[0]
-    q, k, v = conv_out.transpose(1, 2).reshape(N, -1).split([H * K, H * K, HV * V], -1)
-    return dict(
-        A_log=inp["A_log"],
-        a=inp["a"],
-        dt_bias=inp["dt_bias"],
-        softplus_beta=1.0,
-        softplus_threshold=20.0,
-        q=q.unflatten(-1, (H, K)).unsqueeze(0),
-        k=k.unflatten(-1, (H, K)).unsqueeze(0),
-        v=v.unflatten(-1, (HV, V)).unsqueeze(0),
-        b=inp["b"],
-        initial_state_source=inp["ssm"],
-        initial_state_indices=inp["cache_indices"],
-        use_qk_l2norm_in_kernel=True,
-        cu_seqlens=inp["cu"],
-        is_kda=True,
-        disable_state_update=True,
-        intermediate_states_buffer=None if ring else inp["inter_ssm"],
-        intermediate_state_indices=None if ring else inp["inter_indices"],
-        cache_steps=T,
-        retrieve_parent_token=None,
-        lower_bound=lower_bound,
-        **_ring_kwargs(inp, ring),
-    )
+    """kda_cases.make_inputs for the tests: every output buffer (snapshots and ring)
+    NaN-poisoned, shuffled slot and line maps (two of them) over B + 2 rows, the
+    generator on the CPU (the same values on every device), optional padding."""
+    return cases.make_inputs(
+        B, T, H, HV, K, V, dtype=dtype, device=device, seed=seed, lines=B + 2,
+        ring_len=ring_len, poison=True, shuffle=True, pad=pad, generator_device="cpu",
+    )  # fmt: skip
 
 
 def validate_call_indices(inp):
-    """The range and duplicate check of every index the calls of `make_runner` take (the
-    conv lines are only read during verify, so they may repeat)."""
-    validate_indices(inp["cache_indices"], inp["ssm"], "cache_indices")
-    validate_indices(inp["cache_indices"], inp["conv_pool"], "conv_state_indices", distinct=False)
-    validate_indices(inp["inter_indices"], inp["win_pool"], "intermediate_state_indices")
-    validate_indices(inp["inter_indices"], inp["inter_ssm"], "intermediate_state_indices")
+    """The range and duplicate check of every index the calls of `make_runner` take."""
+    cases.validate_call_indices(kda, inp)
 
 
 def make_runner(mode, inp, B, T, H, HV, K, V, lower_bound=None):
-    """The benchmark's call pattern for one mode (same keywords and views)."""
-    if mode.startswith("fused"):
-        kw = fused_kwargs(mode, inp, T, H, HV, K, V, lower_bound)
-        return lambda: fused_kda_conv_gating_verify(**kw)
-
-    def unfused():
-        args, kwargs = conv_args(inp, B, T)
-        conv_out = causal_conv1d_update(*args, **kwargs)
-        kw = recurrent_kwargs(mode, inp, conv_out, T, H, HV, K, V, lower_bound)
-        return fused_sigmoid_gating_delta_rule_update(**kw)
-
-    return unfused
+    """The benchmark's call pattern for one mode (kda_cases.make_call; no index check, so
+    tests can pass indices outside the pools)."""
+    return cases.make_call(kda, mode, inp, B, T, H, HV, K, V, lower_bound, validate=False)
 
 
 def reference(inp, T, H, HV, K, V, lower_bound=None):
-    return ref_mod.verify(
-        inp["mixed"], inp["w"], inp["bias"], inp["conv_pool"].transpose(-1, -2),
-        inp["cache_indices"], inp["a"], inp["b"], inp["A_log"], inp["dt_bias"], inp["ssm"],
-        inp["cache_indices"], T, H, HV, K, V, lower_bound=lower_bound,
-    )  # fmt: skip
+    return cases.reference_verify(ref_mod, inp, T, H, HV, K, V, lower_bound)
 
 
 def _unused_rows_poisoned(buf, rows):
@@ -257,6 +135,31 @@ def run_and_check(mode, B, T, H, HV, K, V, dtype, device, lower_bound=None, pad=
     assert o.shape == ((B * T, HV, V) if mode.startswith("fused") else (1, B * T, HV, V))
     check_verify(mode, inp, before, o, ref, T, dtype)
     return inp, o
+
+
+def test_cases_modes_and_buffers():
+    """The builder's modes are the asv parameter strings, a free string is refused, and a
+    mode's buffers hold only the saves it writes, from the same seeded draws."""
+    assert cases.MODES == ("unfused", "unfused+ring", "fused", "fused+ring")
+    for bad in ("fused-ring", "Fused", None):
+        with pytest.raises(ValueError, match="mode"):
+            cases.is_ring(bad)
+    dims = (2, 3, 1, 2, 16, 16)
+    with pytest.raises(ValueError, match="mode"):
+        cases.make_inputs(*dims, dtype=torch.float32, device="cpu", seed=1, mode="ring")
+    snap, ring = (
+        cases.make_inputs(*dims, dtype=torch.float32, device="cpu", seed=1, mode=m)
+        for m in (cases.FUSED, cases.UNFUSED_RING)
+    )
+    assert "inter_ssm" in snap and not set(cases.RING_NAMES) & set(snap)
+    assert "inter_ssm" not in ring and set(cases.RING_NAMES) <= set(ring)
+    for n in ("mixed", "w", "a", "b", "A_log", "dt_bias", "conv_pool", "ssm"):
+        assert same_bits(snap[n], ring[n]), n
+    assert snap["ssm"].shape[0] == 3 and not snap["win_pool"].any()
+    assert torch.equal(snap["cache_indices"], torch.arange(2, dtype=torch.int32))
+    test = make_inputs(*dims, torch.float32, "cpu", seed=1, pad=1)
+    assert test["cache_indices"][1] == -1 and test["inter_ssm"].isnan().all()
+    assert len(set(test["inter_indices"].tolist())) == 2
 
 
 @pytest.fixture

@@ -21,25 +21,27 @@ import os
 import sys
 import time
 import traceback
+from pathlib import Path
 
 import torch
 
 if "--cpu-smoke" in sys.argv:  # the interpreter switch is read when kernels are imported
     os.environ["TRITON_INTERPRET"] = "1"
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
-
-import kernels.kda.fused_verify as fused_mod  # noqa: E402
-from kernels.kda import (  # noqa: E402
-    causal_conv1d_update,
-    fused_kda_conv_gating_verify,
-    fused_sigmoid_gating_delta_rule_update,
+# The checkout's root (the folder holding benchmarks/ and src/), wherever tools/ keeps this file.
+ROOT = next(
+    p for p in Path(__file__).resolve().parents if (p / "benchmarks" / "kda_cases.py").exists()
 )
+sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
+
+import kernels.kda as kda  # noqa: E402
+import kernels.kda.fused_verify as fused_mod  # noqa: E402
+from benchmarks import kda_cases as cases  # noqa: E402
 from kernels.kda import reference as ref_mod  # noqa: E402
 
-H, K, V, T, W, RING = 8, 128, 128, 4, 4, 16
+H, K, V, T, RING = 8, 128, 128, 4, 16
 DT = torch.bfloat16
 DEV = "cuda"
-MODES = ("unfused", "unfused+ring", "fused", "fused+ring")
+MODES = cases.MODES
 GATES = {"std": None, "safe": -5.0}
 L2_BYTES = 60 * 2**20
 LOG = []
@@ -51,33 +53,12 @@ def log(msg=""):
 
 
 def make_set(B, HV, seed):
-    """One input set on the GPU; outputs NaN-poisoned; slots/lines a shuffled map."""
-    g = torch.Generator(device=DEV).manual_seed(seed)
-    dim = 2 * H * K + HV * V
-    lines = B + 1
-    rnd = lambda *s, dt=DT, sc=1.0: (torch.randn(*s, device=DEV, generator=g) * sc).to(dt)
-    nan = lambda *s, dt=DT: torch.full(s, float("nan"), device=DEV, dtype=dt)
-    perm = lambda: torch.randperm(lines, device=DEV, generator=g)[:B].to(torch.int32)
-    return {
-        "mixed": rnd(B * T, dim, sc=0.5),
-        "w": rnd(dim, W, sc=0.3),
-        "bias": rnd(dim, sc=0.1),
-        "a": rnd(B * T, HV * K, sc=0.5),
-        "b": rnd(B * T, HV),
-        "A_log": rnd(HV, dt=torch.float32, sc=0.5),
-        "dt_bias": rnd(HV * K, dt=torch.float32, sc=0.5),
-        "conv_pool": rnd(lines, W - 1, dim),
-        "ssm": rnd(lines, HV, V, K, dt=torch.float32, sc=0.2),
-        "win_pool": nan(lines, T, W - 1, dim),
-        "inter_ssm": nan(lines, T, HV, V, K, dt=torch.float32),
-        "rawv": nan(lines, HV, RING, V),
-        "rawk": nan(lines, H, RING, K),
-        "g": nan(lines, HV, RING, K, dt=torch.float32),
-        "beta": nan(lines, HV, RING, dt=torch.float32),
-        "cache_indices": perm(),
-        "inter_indices": perm(),
-        "cu": torch.arange(B + 1, device=DEV, dtype=torch.int32) * T,
-    }
+    """One input set on the device (kda_cases.make_inputs): outputs NaN-poisoned, slots and
+    lines two shuffled maps over B + 1 rows."""
+    return cases.make_inputs(
+        B, T, H, HV, K, V, dtype=DT, device=DEV, seed=seed, lines=B + 1, ring_len=RING,
+        poison=True, shuffle=True,
+    )  # fmt: skip
 
 
 def cold_sets(B, HV, seed):
@@ -90,46 +71,8 @@ def cold_sets(B, HV, seed):
 
 
 def runner(mode, s, B, HV, lb):
-    """The benchmark's call pattern for one mode on input set s."""
-    dim = 2 * H * K + HV * V
-    ring = mode.endswith("+ring")
-    rk = dict(
-        cache_ring=ring,
-        **{f"replayssm_{n}": s[n] if ring else None for n in ("rawv", "rawk", "g", "beta")},
-    )
-    snap = None if ring else s["inter_ssm"]
-    conv_state = s["conv_pool"].transpose(-1, -2)
-    window = s["win_pool"].transpose(-1, -2)
-    if mode.startswith("fused"):
-        return lambda: fused_kda_conv_gating_verify(
-            mixed_qkv=s["mixed"], conv_weight=s["w"], conv_bias=s["bias"],
-            conv_state=conv_state, conv_state_indices=s["cache_indices"],
-            intermediate_conv_window=window, intermediate_state_indices=s["inter_indices"],
-            a=s["a"], b=s["b"], A_log=s["A_log"], dt_bias=s["dt_bias"], ssm_states=s["ssm"],
-            cache_indices=s["cache_indices"], intermediate_states_buffer=snap, scale=K**-0.5,
-            T=T, num_q_heads=H, num_v_heads=HV, head_k_dim=K, head_v_dim=V, lower_bound=lb, **rk,
-        )  # fmt: skip
-
-    def fn():
-        x3 = s["mixed"].reshape(B, T, dim).transpose(1, 2)
-        y = causal_conv1d_update(
-            x3, conv_state, s["w"], s["bias"], activation="silu",
-            conv_state_indices=s["cache_indices"], intermediate_conv_window=window,
-            intermediate_state_indices=s["inter_indices"],
-        )  # fmt: skip
-        q, k, v = y.transpose(1, 2).reshape(B * T, dim).split([H * K, H * K, HV * V], dim=-1)
-        return fused_sigmoid_gating_delta_rule_update(
-            A_log=s["A_log"], a=s["a"], dt_bias=s["dt_bias"], softplus_beta=1.0,
-            softplus_threshold=20.0, q=q.unflatten(-1, (H, K)).unsqueeze(0),
-            k=k.unflatten(-1, (H, K)).unsqueeze(0), v=v.unflatten(-1, (HV, V)).unsqueeze(0),
-            b=s["b"], initial_state_source=s["ssm"], initial_state_indices=s["cache_indices"],
-            use_qk_l2norm_in_kernel=True, cu_seqlens=s["cu"], is_kda=True,
-            disable_state_update=True, intermediate_states_buffer=snap,
-            intermediate_state_indices=None if ring else s["inter_indices"], cache_steps=T,
-            retrieve_parent_token=None, lower_bound=lb, **rk,
-        )  # fmt: skip
-
-    return fn
+    """The benchmark's call pattern for one mode on input set s (kda_cases.make_call)."""
+    return cases.make_call(kda, mode, s, B, T, H, HV, K, V, lb, scale=K**-0.5)
 
 
 def sync():
@@ -152,11 +95,7 @@ def check_mode(mode, B, HV, lb):
     if B > 1:
         s["cache_indices"][0] = -1  # one padded sequence
     keep = {n: s[n].clone() for n in ("ssm", "conv_pool")}
-    ref = ref_mod.verify(
-        s["mixed"], s["w"], s["bias"], s["conv_pool"].transpose(-1, -2), s["cache_indices"],
-        s["a"], s["b"], s["A_log"], s["dt_bias"], s["ssm"], s["cache_indices"], T, H, HV, K, V,
-        lower_bound=lb,
-    )  # fmt: skip
+    ref = cases.reference_verify(ref_mod, s, T, H, HV, K, V, lb)
     o = runner(mode, s, B, HV, lb)().reshape(B * T, HV, V)
     sync()
     valid = (~ref["pad"]).nonzero().flatten()
@@ -172,9 +111,9 @@ def check_mode(mode, B, HV, lb):
     win = s["win_pool"].transpose(-1, -2)
     m["windows_exact"] = torch.equal(bits(win[lines]), bits(ref["windows"][valid].contiguous()))
     m["windows_unused_untouched"] = unused(win, lines)
-    if mode.endswith("+ring"):
+    if cases.is_ring(mode):
         m["snapshots_untouched"] = bool(s["inter_ssm"].isnan().all())
-        for n in ("rawk", "rawv", "g", "beta"):
+        for n in cases.RING_NAMES:
             m[f"{n}_err"] = rel(s[n][slots][:, :, :T], ref[n][valid])
             m[f"{n}_tail_untouched"] = bool(s[n][slots][:, :, T:].isnan().all()) and unused(
                 s[n], slots
@@ -182,21 +121,19 @@ def check_mode(mode, B, HV, lb):
     else:
         m["snap_err"] = rel(s["inter_ssm"][lines], ref["states"][valid])
         m["snap_unused_untouched"] = unused(s["inter_ssm"], lines)
-        m["ring_untouched"] = all(bool(s[n].isnan().all()) for n in ("rawk", "rawv", "g", "beta"))
+        m["ring_untouched"] = all(bool(s[n].isnan().all()) for n in cases.RING_NAMES)
     ok = all(v < 1e-2 if k.endswith("_err") else v for k, v in m.items())
     return m, ok
 
 
 def check_ring_bits(B, HV, lb):
     sets = {}
-    for mode in ("unfused+ring", "fused+ring"):
+    for mode in cases.RING_MODES:
         sets[mode] = make_set(B, HV, seed=7)
         runner(mode, sets[mode], B, HV, lb)()
     sync()
-    a, b = sets["unfused+ring"], sets["fused+ring"]
-    return {
-        n: torch.equal(bits(a[n]), bits(b[n])) for n in ("rawk", "rawv", "g", "beta", "win_pool")
-    }
+    a, b = sets[cases.UNFUSED_RING], sets[cases.FUSED_RING]
+    return {n: torch.equal(bits(a[n]), bits(b[n])) for n in (*cases.RING_NAMES, "win_pool")}
 
 
 def bench(fns, iters):
@@ -343,7 +280,7 @@ def main():
                     continue
                 sets = cold_sets(B, HV, 200)
                 for gname, lb in GATES.items():
-                    for mode in ("fused", "fused+ring"):
+                    for mode in (cases.FUSED, cases.FUSED_RING):
                         cells = []
                         for bv in bvs:
                             fused_mod.KDA_VERIFY_BLOCK_V = bv
