@@ -107,6 +107,7 @@ def make_inputs(
     else:
         slots = inter = torch.arange(B, device=device, dtype=torch.int32)
     if pad is not None:
+        slots = slots.clone()  # the lines keep their row (one tensor when not shuffled)
         slots[pad] = -1
     dim = 2 * H * K + HV * V
     x = {

@@ -157,6 +157,9 @@ def test_cases_modes_and_buffers():
         assert same_bits(snap[n], ring[n]), n
     assert snap["ssm"].shape[0] == 3 and not snap["win_pool"].any()
     assert torch.equal(snap["cache_indices"], torch.arange(2, dtype=torch.int32))
+    padded = cases.make_inputs(*dims, dtype=torch.float32, device="cpu", seed=1, pad=0)
+    assert padded["cache_indices"].tolist() == [-1, 1]
+    assert padded["inter_indices"].tolist() == [0, 1]
     test = make_inputs(*dims, torch.float32, "cpu", seed=1, pad=1)
     assert test["cache_indices"][1] == -1 and test["inter_ssm"].isnan().all()
     assert len(set(test["inter_indices"].tolist())) == 2
