@@ -1,4 +1,4 @@
-"""tools/gate_study.py and tools/gpu_gate_study.sh: the slow-down patches, the tables, one
+"""tools/dev/gate_study.py and tools/dev/gpu_gate_study.sh: the slow-down patches, the tables, one
 smoke run.
 
 The patches must apply to the current kernel sources, compile, and leave every byte the
@@ -8,7 +8,6 @@ A/A and detection tables are checked on synthetic inputs and on real `asv contin
 output; the shell entry point runs its noise stage end to end in smoke mode.
 """
 
-import importlib.util
 import json
 import os
 import re
@@ -25,10 +24,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _asv_smoke as smoke  # noqa: E402
 
-spec = importlib.util.spec_from_file_location("gate_study", ROOT / "tools" / "gate_study.py")
-gs = importlib.util.module_from_spec(spec)
-sys.modules["gate_study"] = gs  # its dataclasses look their module up
-spec.loader.exec_module(gs)
+from tools.dev import gate_study as gs  # noqa: E402
 
 NEVER, FORCED = "0.0,  # gate_never", "1.0,  # gate_never"
 # Real `asv continuous` output (smoke mode, NSA forward with 3000 extra steps, factor 1.01).
@@ -322,7 +318,7 @@ def test_calibrate_in_smoke_mode(kernel, tmp_path):
     env = dict(os.environ, ATTNBENCH_SMOKE="1", TRITON_INTERPRET="1")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
     res = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "gate_study.py"), "calibrate", kernel,
+        [sys.executable, str(ROOT / "tools" / "dev" / "gate_study.py"), "calibrate", kernel,
          "--out", str(out), "--extras", "3", "--reps", "1"],
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -360,7 +356,7 @@ def host_python_without_asv(tmp_path):
 
 
 def run_study_smoke(tmp_path, host_py=None, **knobs):
-    """tools/gpu_gate_study.sh in smoke mode with these knobs; returns (log, out, study)."""
+    """tools/dev/gpu_gate_study.sh in smoke mode with these knobs; returns (log, out, study)."""
     reason = smoke.available()
     if reason:
         pytest.skip(reason)
@@ -377,7 +373,7 @@ def run_study_smoke(tmp_path, host_py=None, **knobs):
         **knobs,
     )
     res = subprocess.run(
-        ["bash", str(ROOT / "tools" / "gpu_gate_study.sh")],
+        ["bash", str(ROOT / "tools" / "dev" / "gpu_gate_study.sh")],
         env=env,
         capture_output=True,
         text=True,
@@ -390,7 +386,7 @@ def run_study_smoke(tmp_path, host_py=None, **knobs):
 
 
 def test_noise_stage_end_to_end_in_smoke_mode(tmp_path):
-    """tools/gpu_gate_study.sh, noise stage, 2 processes of the fast reference benchmark."""
+    """tools/dev/gpu_gate_study.sh, noise stage, 2 processes of the fast reference benchmark."""
     log, out, study = run_study_smoke(
         tmp_path, STAGES="noise", NOISE_N="2", NOISE_BENCH=REFERENCE_POINT
     )
@@ -403,7 +399,7 @@ def test_noise_stage_end_to_end_in_smoke_mode(tmp_path):
 
 
 def test_aa_with_the_second_stage_end_to_end_in_smoke_mode(tmp_path):
-    """tools/gpu_gate_study.sh, one A/A try with CONFIRM_ROUNDS=1: ci.confirm re-runs its
+    """tools/dev/gpu_gate_study.sh, one A/A try with CONFIRM_ROUNDS=1: ci.confirm re-runs its
     suspect (every point, --suspect 1) one more process per side, appended to the stored
     samples, and the record holds the two-stage verdict with stage 1's beside it. The host
     python is the GPU host's kind: asv only through asv_host_env.sh's PYTHONPATH."""

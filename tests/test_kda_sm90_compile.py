@@ -2,7 +2,7 @@
 
 The interpreter runs the kernels' Python, not the compiler: a kernel that only fails in
 Triton's GPU lowering (tuples in loops, layouts, register pressure) would pass every CPU
-test. `tools/compile_kda_sm90.py` compiles through the public wrappers down to a cubin
+test. `tools/dev/compile_kda_sm90.py` compiles through the public wrappers down to a cubin
 with ptxas and reads registers, local memory and the stack frame (spills) from it; this
 runs it on the shipped tiles' shapes (no spills allowed), the sub-tile loop (with and
 without pipelining) in both work orders, and state tiles with and without key chunks.
@@ -16,14 +16,19 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOOL = os.path.join(ROOT, "tools", "compile_kda_sm90.py")
+TOOL = "tools.dev.compile_kda_sm90"
 
 
 def _run(*args):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.path.join(ROOT, "src")
     return subprocess.run(
-        [sys.executable, TOOL, *args], capture_output=True, text=True, env=env, timeout=600
+        [sys.executable, "-m", TOOL, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
 
 
@@ -128,14 +133,14 @@ def test_norm_rows_take_barriers_out_of_two_warp_tiles():
 
 
 def test_floor_tool_kernels_compile_for_sm90():
-    """tools/gpu_kda_floor.py's kernels (the grid and persistent floors: ring, snapshots,
+    """tools/dev/gpu_kda_floor.py's kernels (the grid and persistent floors: ring, snapshots,
     snapshots with the whole step; the launch probe's empty kernel with and without
     programmatic dependent launch) compile for sm_90: a GPU session's probe must not be
     the first to find them broken."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.path.join(ROOT, "src")
     r = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "tools", "gpu_kda_floor.py"), "--part", "compile"],
+        [sys.executable, "-m", "tools.dev.gpu_kda_floor", "--part", "compile"], cwd=ROOT,
         capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -1,6 +1,6 @@
 """The NSA selection kernels compile for an H200 (sm_90) without a GPU.
 
-The interpreter runs the kernels' Python, not the compiler; `tools/compile_nsa_sm90.py`
+The interpreter runs the kernels' Python, not the compiler; `tools/dev/compile_nsa_sm90.py`
 compiles every kernel the public forward (token-tile and block paths) and backward
 launch down to a cubin with ptxas, at the seed and the paper grouping, and exits non-zero
 on a compile error; with --sass it also counts each cubin's barriers (the partial kernel
@@ -18,9 +18,9 @@ def test_kernels_compile_for_sm90():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.path.join(ROOT, "src")
     r = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "tools", "compile_nsa_sm90.py"), "--seq-len",
-         "1024", "--shapes", "seed", "paper", "--sass"],
-        capture_output=True, text=True, env=env, timeout=900,
+        [sys.executable, "-m", "tools.dev.compile_nsa_sm90", "--seq-len", "1024", "--shapes",
+         "seed", "paper", "--sass"],
+        cwd=ROOT, capture_output=True, text=True, env=env, timeout=900,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "0 compile errors" in r.stdout

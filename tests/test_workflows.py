@@ -236,14 +236,14 @@ def test_gpu_tools_default_to_the_gate_settings():
     A/A and detection runs) are the gate's own factor and extra arguments, so that what
     they measure is what the gate does."""
     env = load(ROOT / ".github" / "workflows" / "gpu-pr-gate.yml")["env"]
-    for script in ("gpu_asv.sh", "gpu_gate_study.sh"):
+    for script in ("gpu_asv.sh", "dev/gpu_gate_study.sh"):
         text = (ROOT / "tools" / script).read_text()
         factor = re.search(r"^FACTOR=\$\{FACTOR:-([0-9.]+)\}", text, re.M)
         cont = re.search(r"^CONT_ARGS=\$\{CONT_ARGS:?-([^}]*)\}", text, re.M)
         assert factor and factor.group(1) == env["GATE_FACTOR"], script
         assert cont and cont.group(1) == env["GATE_EXTRA_ARGS"], script
     # the study's second stage judges the host-paced figures at the gate's host factor
-    study = (ROOT / "tools" / "gpu_gate_study.sh").read_text()
+    study = (ROOT / "tools" / "dev" / "gpu_gate_study.sh").read_text()
     host = re.search(r"^CONFIRM_HOST_FACTOR=\$\{CONFIRM_HOST_FACTOR:-\$\(awk -v h=([0-9.]+) ",
                      study, re.M)  # fmt: skip
     assert host and host.group(1) == env["GATE_HOST_FACTOR"]

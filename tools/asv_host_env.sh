@@ -1,5 +1,5 @@
 # Shared set-up of the GPU-host asv scripts; sourced (from the repository root) by
-# tools/gpu_asv.sh and tools/gpu_gate_study.sh, after they set START, STAGES, DEADLINE_S and
+# tools/gpu_asv.sh and tools/dev/gpu_gate_study.sh, after they set START, STAGES, DEADLINE_S and
 # SUMMARY.
 #
 # Reads: HOST_PY (default /opt/torch/.venv/bin/python3), WHEELHOUSE (default .whl), LAUNCH,

@@ -43,7 +43,7 @@ CONT_BENCH=${CONT_BENCH:-NsaForward.track_time|KdaVerify.track_time}
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 
-# --- tools (asv, virtualenv), environment, helpers: shared with tools/gpu_gate_study.sh
+# --- tools (asv, virtualenv), environment, helpers: shared with tools/dev/gpu_gate_study.sh
 source tools/asv_host_env.sh || exit 1
 B=()
 [ -n "${BENCH:-}" ] && B=(-b "$BENCH")

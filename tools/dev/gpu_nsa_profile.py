@@ -1,8 +1,8 @@
 """One process: the NSA forward (`auto` schedule) at the seed shape, T = 32768, both patterns,
 timed with the suite's timer, and the random pattern's device time per kernel.
 
-    PYTHONPATH=src python3 tools/gpu_nsa_profile.py TAG [KNOB=VALUE ...]    (about 15 s)
-    PYTHONPATH=src python3 tools/gpu_nsa_profile.py --timeline TAG [KNOB=VALUE ...]
+    PYTHONPATH=src python3 -m tools.dev.gpu_nsa_profile TAG [KNOB=VALUE ...]    (about 15 s)
+    PYTHONPATH=src python3 -m tools.dev.gpu_nsa_profile --timeline TAG [KNOB=VALUE ...]
 
 KNOB=VALUE sets a knob of `kernels.nsa.forward_blocks` (e.g. PARTIAL_STAGES=3) or, failing
 that, of `kernels.nsa.forward` (e.g. OVERLAP_TILE_KERNEL=False) for the run.
@@ -21,18 +21,14 @@ gaps between the kernels show.
 
 import ast
 import json
-import os
 import statistics
 import sys
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(ROOT, "src"), ROOT]
-
-from benchmarks.common import per_call_seconds  # noqa: E402
-from kernels.nsa import forward, forward_blocks, selection_forward_triton  # noqa: E402
-from kernels.nsa.indices import make_block_idx_random, make_block_idx_recent  # noqa: E402
+from benchmarks.common import per_call_seconds
+from kernels.nsa import forward, forward_blocks, selection_forward_triton
+from kernels.nsa.indices import make_block_idx_random, make_block_idx_recent
 
 KERNELS = ("_partial_kernel", "_combine_kernel", "_fill_kernel", "_sel_fwd_kernel",
            "_tile_list_kernel", "_prefix_kernel")  # fmt: skip

@@ -1,10 +1,10 @@
 """Compile the NSA selection kernels for an H200 (sm_90) without a GPU: registers, spills.
 
-    .venv/bin/python tools/compile_nsa_sm90.py [--seq-len 4096] [--shapes seed paper] [--sass]
+    .venv/bin/python -m tools.dev.compile_nsa_sm90 [--seq-len 4096] [--shapes seed paper] [--sass]
 
 Every kernel the public forward and backward launch (token-tile path, block path,
 backward) is compiled through the wrappers with CPU tensors
-in bf16, the way `tools/compile_kda_sm90.py` does for KDA: a stand-in driver reports an
+in bf16, the way `tools/dev/compile_kda_sm90.py` does for KDA: a stand-in driver reports an
 sm_90 target and each launch is replaced by Triton's `warmup`, which specializes the
 arguments like a real launch and compiles down to a cubin with ptxas, running nothing
 (later kernels see unwritten inputs, which compiling does not mind). Prints registers,
@@ -22,10 +22,7 @@ import time
 import torch
 import triton
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
-
-from compile_kda_sm90 import _Capture, _Sm90Driver, resources, sass_counts  # noqa: E402
+from tools.dev.compile_kda_sm90 import _Capture, _Sm90Driver, resources, sass_counts
 
 SHAPES = {"seed": (16, 4), "paper": (64, 4)}  # (Hq, Hkv); D=64, block 64, S=16
 

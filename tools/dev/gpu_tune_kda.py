@@ -1,6 +1,6 @@
 """Tune the KDA verify kernels on a GPU: bf16 correctness, timings, (BLOCK_V, num_warps) sweep.
 
-    PYTHONPATH=src python tools/gpu_tune_kda.py --out DIR      (about 4 minutes on an H200)
+    PYTHONPATH=src python -m tools.dev.gpu_tune_kda --out DIR      (about 4 minutes on an H200)
 
 Shape: H=8, K=V=128, T=4, W=4, ring length 16 (the seed's). Sections, each logged as a
 short table and all written to DIR/kda_tune.json and DIR/kda_tune.txt:
@@ -30,19 +30,18 @@ in place of each timing (it checks the script, not the speed).
 import argparse
 import json
 import os
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tools import gpu_check_kda as chk  # first: puts src/ on the path, reads --cpu-smoke
 
-import gpu_check_kda as chk  # noqa: E402, I001  (puts src/ on the path; reads --cpu-smoke)
-from compile_kda_sm90 import tile_grid  # noqa: E402
-import kernels.kda.common as common  # noqa: E402
-import kernels.kda.conv as conv_mod  # noqa: E402
-import kernels.kda.fused_verify as fused_mod  # noqa: E402
-import kernels.kda.recurrent as rec_mod  # noqa: E402
+# isort: split
+import kernels.kda.common as common
+import kernels.kda.conv as conv_mod
+import kernels.kda.fused_verify as fused_mod
+import kernels.kda.recurrent as rec_mod
+from tools.dev.compile_kda_sm90 import tile_grid
 
 MODES = chk.MODES
 HV_STD, HV_GQA = 8, 16  # value heads of the standard and the GQA shape

@@ -1,6 +1,6 @@
 """What the KDA cold figure depends on: buffer sets against L2, and graph size.
 
-    PYTHONPATH=src:. python3 tools/gpu_cold_probe.py [--batch 1 4 16 64]
+    PYTHONPATH=src python3 -m tools.dev.gpu_cold_probe [--batch 1 4 16 64]
 
 For each batch and mode (safe gate, H8-HV8), builds the asv benchmark's inputs
 (`benchmarks.kda.KdaVerify`, its check included) and `cold_set_count` sets, then times one
@@ -14,17 +14,12 @@ arrangements; us per call:
 """
 
 import argparse
-import os
 import statistics
-import sys
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "src")]
-
-from benchmarks import common as bc  # noqa: E402
-from benchmarks import kda as kb  # noqa: E402
+from benchmarks import common as bc
+from benchmarks import kda as kb
 
 
 def per_call_us(fns, calls, per_graph):

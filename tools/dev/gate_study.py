@@ -2,7 +2,7 @@
 """How far the regression gate can be trusted: noise, A/A false positives, detection power.
 
 The gate is `asv continuous BASE HEAD --factor F` (docs/benchmarks.md, "Gate settings").
-This tool holds the pieces of a study of it; tools/gpu_gate_study.sh runs them in order on a
+This tool holds the pieces of a study of it; tools/dev/gpu_gate_study.sh runs them in order on a
 GPU host and docs/measurement.md ("Not yet shown") says what each result answers.
 
     clone DIR                scratch repository of the working tree: commit `gate-base`, then
@@ -56,7 +56,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+# Run as a script (tools/dev/gpu_gate_study.sh calls it from the scratch repository, whose
+# own tools/ must not be the one imported): the repository root goes on the path for `ci`.
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from ci.asv_results import stored_samples, stored_values  # noqa: E402

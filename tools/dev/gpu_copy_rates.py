@@ -1,6 +1,6 @@
 """Device memory rates of the GPU: write-only, read-only and copy, in GB/s.
 
-    python3 tools/gpu_copy_rates.py [--gib 2]
+    python3 -m tools.dev.gpu_copy_rates [--gib 2]
 
 Times `fill_` (writes only), `sum` (reads only) and `copy_` (a read and a write per byte)
 of --gib GiB of fp32 with CUDA events (3 warm-up calls, median of 10) and prints one line

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The regression gate's own numbers on a GPU host: noise, A/A false positives, detection.
 #
-#   OUT=/some/dir bash tools/gpu_gate_study.sh                       # all stages
-#   OUT=/some/dir STAGES=noise bash tools/gpu_gate_study.sh          # one stage
+#   OUT=/some/dir bash tools/dev/gpu_gate_study.sh                       # all stages
+#   OUT=/some/dir STAGES=noise bash tools/dev/gpu_gate_study.sh          # one stage
 #
 # Same set-up as tools/gpu_asv.sh (tools/asv_host_env.sh: wheelhouse in .whl/, HOST_PY with
 # CUDA torch and Triton, no network). Everything runs in a scratch repository,
-# $STUDY/repo (tools/gate_study.py clone: commit gate-base = this working tree, gate-aa = base
+# $STUDY/repo (tools/dev/gate_study.py clone: commit gate-base = this working tree, gate-aa = base
 # + a docs-only commit), never in this checkout's history or results/.
 #
 # Stages (STAGES, default "noise aa detect"); each resumes where an earlier call stopped
@@ -20,7 +20,7 @@
 #   aa      `asv continuous gate-base gate-aa --factor FACTOR -b AA_BENCH` (default the same
 #           timings), AA_TRIES times (default 3): every flag is a false positive.
 #           About 4 min per try.
-#   detect  calibration first (tools/gate_study.py calibrate, 2 to 4 min per kernel): the
+#   detect  calibration first (tools/dev/gate_study.py calibrate, 2 to 4 min per kernel): the
 #           EXTRA amounts that slow the NSA forward and the fused KDA verify kernels by
 #           DETECT_TARGETS percent (default "1 2 5 10") at their reference points, and the
 #           slowdown each amount gives at every gated point; then, for each kernel and
@@ -53,7 +53,7 @@
 # Writes to $OUT (3 files): summary.md (tables), gate_study.log (everything), study.tar.gz
 # (noise.json, aa.jsonl, detect.jsonl, calibration-*.json, every asv continuous log).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$PWD
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -85,7 +85,7 @@ SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 
 source tools/asv_host_env.sh || exit 1
-GS=("$HOST_PY" "$ROOT/tools/gate_study.py")
+GS=("$HOST_PY" "$ROOT/tools/dev/gate_study.py")
 mkdir -p "$STUDY/logs"
 REPO=$STUDY/repo
 

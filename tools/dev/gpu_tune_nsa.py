@@ -1,7 +1,7 @@
 """GPU tuning run for the NSA selection kernels: bf16 correctness, timings, knob sweeps, memory.
 
 Usage (on a CUDA machine, from the repository root):
-    PYTHONPATH=src python tools/gpu_tune_nsa.py --out OUT_DIR [--budget 200] [--no-sweep]
+    PYTHONPATH=src python -m tools.dev.gpu_tune_nsa --out OUT_DIR [--budget 200] [--no-sweep]
 
 1. Correctness: bf16 forward and backward against the dense fp32 reference at T = 2048,
    patterns 'recent' and 'random', G = 4 (Hq 16 / Hkv 4) and G = 16 (Hq 16 / Hkv 1), for
@@ -26,18 +26,15 @@ import contextlib
 import itertools
 import json
 import os
-import sys
 import time
 import traceback
 
 import torch
 import triton
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
-
-from kernels.nsa import backward as nsa_bwd  # noqa: E402
-from kernels.nsa import forward as nsa_fwd  # noqa: E402
-from kernels.nsa import (  # noqa: E402
+from kernels.nsa import backward as nsa_bwd
+from kernels.nsa import forward as nsa_fwd
+from kernels.nsa import (
     make_block_idx_random,
     make_block_idx_recent,
     selection_backward_triton,

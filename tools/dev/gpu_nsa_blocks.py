@@ -2,8 +2,8 @@
 three schedules, a sweep of the partial kernel's knobs, peak memory, a per-kernel profile.
 
 Usage (on a CUDA machine, from the repository root):
-    PYTHONPATH=src python3 tools/gpu_nsa_blocks.py --out DIR [--budget-s 170]
-    .venv/bin/python tools/gpu_nsa_blocks.py --out DIR --cpu-smoke   (tiny, interpreter, fp32)
+    PYTHONPATH=src python3 -m tools.dev.gpu_nsa_blocks --out DIR [--budget-s 170]
+    .venv/bin/python -m tools.dev.gpu_nsa_blocks --out DIR --cpu-smoke   (tiny, interpreter, fp32)
 
 1. Correctness, bf16 (fp32 in the smoke run): o and lse of FORWARD_SCHEDULE 'blocks' and
    'auto' against the dense fp32 reference at T in {1000, 4096}, seed shape (Hq 16, Hkv 4,
@@ -41,8 +41,6 @@ if SMOKE:
 
 import torch  # noqa: E402
 import triton  # noqa: E402
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
 from kernels.nsa import forward as nsa_fwd  # noqa: E402
 from kernels.nsa import forward_blocks as nsa_blocks  # noqa: E402

@@ -1,6 +1,6 @@
 """A/B of KDA verify knob settings in one process: checks, then cold timings alternated.
 
-    PYTHONPATH=src python3 tools/gpu_kda_ab.py --set A 'MOD.NAME=VALUE ...' --set B '...'
+    PYTHONPATH=src python3 -m tools.dev.gpu_kda_ab --set A 'MOD.NAME=VALUE ...' --set B '...'
         [--batch 1 16 64] [--modes fused fused+ring] [--rounds 2]
 
 MOD is `common`, `fused_verify` or `recurrent` (modules of kernels.kda); VALUE a Python
@@ -17,18 +17,14 @@ takes the card and the process out of the comparison.
 import argparse
 import ast
 import json
-import os
 import statistics
-import sys
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(ROOT, "tools"), os.path.join(ROOT, "src")]
+from tools import gpu_check_kda as chk  # first: puts src/ on the path
 
-import gpu_check_kda as chk  # noqa: E402
-
-from kernels.kda import common, fused_verify, recurrent  # noqa: E402
+# isort: split
+from kernels.kda import common, fused_verify, recurrent
 
 MODULES = {"common": common, "fused_verify": fused_verify, "recurrent": recurrent}
 MODES = ("unfused", "unfused+ring", "fused", "fused+ring")

@@ -1,7 +1,7 @@
 """Compile the KDA verify kernels for an H200 (sm_90) without a GPU: registers, spills, smem.
 
-    .venv/bin/python tools/compile_kda_sm90.py [--modes fused ...] [--block-v 4 16] [--warps 1 4]
-        [--sub-v 0 32] [--stages 1 2] [--state-first auto on off] [--key-chunk 16]
+    .venv/bin/python -m tools.dev.compile_kda_sm90 [--modes fused ...] [--block-v 4 16]
+        [--warps 1 4] [--sub-v 0 32] [--stages 1 2] [--state-first auto on off] [--key-chunk 16]
         [--maxnreg 168] [--prefetch] [--project auto] [--norm-row auto] [--sass]
         (sub-v 0: the whole BLOCK_V in one piece; state-first: the fused kernel's work order;
         key-chunk: common.STATE_KEY_CHUNK, the key chunk width of the state tiles;
@@ -30,8 +30,6 @@ import time
 import torch
 import triton
 from triton.backends.compiler import GPUTarget
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 class _Sm90Driver:
@@ -134,7 +132,7 @@ def main():
     args = ap.parse_args()
 
     triton.runtime.driver.set_active(_Sm90Driver())
-    import gpu_check_kda as chk  # noqa: I001  (imports kernels without the interpreter)
+    from tools import gpu_check_kda as chk  # noqa: I001  (imports kernels without the interpreter)
     import kernels.kda.common as common
     import kernels.kda.conv as conv_mod
     import kernels.kda.fused_verify as fused_mod

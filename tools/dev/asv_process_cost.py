@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where one asv benchmark process spends its time, on this machine.
 
-    PYTHONPATH=. python3 tools/asv_process_cost.py [--out DIR] [NAME ...]
+    python3 -m tools.dev.asv_process_cost [--out DIR] [NAME ...]
 
 asv (launch method forkserver, asv.conf.json) imports the suite once in a server and forks
 one child per (benchmark method, parameter point); each child runs `setup`, the method and
@@ -20,12 +20,8 @@ import cProfile
 import io
 import os
 import pstats
-import sys
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 DEFAULT_POINTS = (
     "nsa.NsaForward.track_time(4096, 'triton', 'seed', 'recent')",

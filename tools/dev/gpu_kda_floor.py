@@ -1,9 +1,9 @@
 """Floors of the KDA verify's state traffic on the GPU: how fast a kernel that only moves the
 state (with the least arithmetic the math allows) runs in the verify's grid.
 
-    PYTHONPATH=src python3 tools/gpu_kda_floor.py --part ring|snap|small|persist|full|launch
+    PYTHONPATH=src python3 -m tools.dev.gpu_kda_floor --part ring|snap|small|persist|full|launch
         [--batch B ...] [--out DIR]
-    PYTHONPATH=src python3 tools/gpu_kda_floor.py --part compile   (CPU: compile for sm_90)
+    PYTHONPATH=src python3 -m tools.dev.gpu_kda_floor --part compile   (CPU: compile for sm_90)
 
 Each floor kernel has the verify's grid (sequence, value head, tile of BLOCK_V value rows,
 walked in sub-tiles of SUB_V), reads the sequence's slot index first, then its fp32 state
@@ -32,19 +32,16 @@ import itertools
 import json
 import os
 import statistics
-import sys
 
 import torch
 import triton
 import triton.language as tl
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(ROOT, "tools"), os.path.join(ROOT, "src")]
+from tools import gpu_check_kda as chk  # first: puts src/ on the path
 
-import gpu_check_kda as chk  # noqa: E402
-
-from kernels.kda import causal_conv1d_update, fused_sigmoid_gating_delta_rule_update  # noqa: E402
-from kernels.kda.common import _key_sum, _key_vec, _tile_ptrs  # noqa: E402
+# isort: split
+from kernels.kda import causal_conv1d_update, fused_sigmoid_gating_delta_rule_update
+from kernels.kda.common import _key_sum, _key_vec, _tile_ptrs
 
 H, K, V, T, HV = chk.H, chk.K, chk.V, chk.T, 8
 
@@ -308,7 +305,7 @@ def sweep(B, snap, key, tile_iter, make_fn, sets):
 def compile_sm90():
     """Compile every floor kernel for an H200 on the CPU (the tool's kernels cannot rot
     unseen between GPU sessions); returns {kernel: registers}."""
-    from compile_kda_sm90 import _Sm90Driver, resources
+    from tools.dev.compile_kda_sm90 import _Sm90Driver, resources
 
     triton.runtime.driver.set_active(_Sm90Driver())
     f32, bf16 = dict(dtype=torch.float32), dict(dtype=torch.bfloat16)

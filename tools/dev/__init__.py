@@ -1,0 +1,1 @@
+"""Tuning and maintenance tools (tools/dev/README.md): run as `python -m tools.dev.NAME`."""
