@@ -131,7 +131,7 @@ def preimport(module):
 
 def warm_process_caches():
     """Fill, once in asv's forkserver, the per-process caches every benchmark child would
-    otherwise fill on its own (measured on the H200 by tools/asv_process_cost.py, see
+    otherwise fill on its own (measured on the H200 by tools/dev/asv_process_cost.py, see
     docs/perf/asv.md): Triton's hash of its own installation (about 0.5 s, taken at a
     process's first kernel compile or cache lookup) and the symbolic-shapes modules (sympy)
     that torch.autograd.grad imports on first use (about 3 s). Neither touches CUDA."""

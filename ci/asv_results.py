@@ -3,7 +3,7 @@
 A point is one parameter combination of one benchmark, named as `asv continuous` and
 `asv compare` print it: `module.Class.method(param, ...)` with asv's own repr of each
 parameter (or the bare name when the benchmark has no parameters). Used by the PR gate's
-confirmation stage (`ci.confirm`) and the gate study (`tools/gate_study.py`).
+confirmation stage (`ci.confirm`) and the gate study (`tools/dev/gate_study.py`).
 """
 
 from __future__ import annotations

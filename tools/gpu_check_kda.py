@@ -27,6 +27,9 @@ import torch
 
 if "--cpu-smoke" in sys.argv:  # the interpreter switch is read when kernels are imported
     os.environ["TRITON_INTERPRET"] = "1"
+# This tool picks its mode itself: the suite's package (imported for its KDA builder) must
+# not switch the interpreter on because the machine has no GPU (benchmarks/common.py).
+os.environ.setdefault("ATTNBENCH_SMOKE", "1" if "--cpu-smoke" in sys.argv else "0")
 # The checkout's root (the folder holding benchmarks/ and src/), wherever tools/ keeps this file.
 ROOT = next(
     p for p in Path(__file__).resolve().parents if (p / "benchmarks" / "kda_cases.py").exists()

@@ -43,7 +43,7 @@ def _pool_line(i, n):
     makes the sequence padding, exactly like a negative one: one compare and one select
     per index, per program, no host read. The masks stay a sign test of the line: masks
     built from the unsigned compare `0 <= i < n` (one compare too) take more registers,
-    and two of the widest tiles (255 registers) then spill (tools/compile_kda_sm90.py)."""
+    and two of the widest tiles (255 registers) then spill (tools/dev/compile_kda_sm90.py)."""
     return tl.where(i < n, i, -1)
 
 
@@ -520,7 +520,7 @@ def num_warps_for(block_v, K):
 # Small batches use narrow tiles so that B * HV * (V / BLOCK_V) programs fill the GPU;
 # large batches use wide ones so that the q/k work is shared by more of the state. The
 # fp32 sub-tile takes SUB_V * K / (32 * num_warps) registers per thread.
-# tools/gpu_tune_kda.py times the tiles on a GPU (cold timings, H = HV = 8, K = V = 128,
+# tools/dev/gpu_tune_kda.py times the tiles on a GPU (cold timings, H = HV = 8, K = V = 128,
 # T = 4) and prints the table its best tiles make; docs/perf/kda.md has the runs. The
 # B > 32 rows of the ring modes come from the v5 sweep: two sub-tiles of 32 rows per 64-row
 # program (q/k work shared by 64 rows, 32-row tiles in registers); a pipelined loop
@@ -685,7 +685,7 @@ def project_flag(mode, knob, name, needs_state, B):
 # when NORM_ROW is None: rows (largest batch, flag), first match wins. It pays on 2-warp
 # programs of plain state tiles (both fused modes at B <= 2, the recurrent kernel from
 # B = 9), where it takes the norms' cross-warp round trips out of the per-program chain:
-# 49 -> 25 barriers (tools/compile_kda_sm90.py --sass). Measured (docs/perf/kda.md, v14,
+# 49 -> 25 barriers (tools/dev/compile_kda_sm90.py --sass). Measured (docs/perf/kda.md, v14,
 # cold us): fused B=1 4.97 -> 4.86, B=2 6.04 -> 5.58; fused+ring on that tile instead of
 # 8 rows on 4 warps, B=1 5.04 -> 4.73, B=2 5.59 -> 5.37; unfused B = 16 / 32 / 64 16.34 /
 # 29.05 / 55.82 -> 15.91 / 28.48 / 53.98; fused+ring's stepwise 16-row tile at 4 < B <= 8

@@ -90,7 +90,7 @@ from .forward import (
 # count) and its software-pipeline stages (1: no pipelining); warps of the combine and its
 # persistent programs per SM (None: one program per tile); blocks per prefix-sum step;
 # tokens per list window (None: one window); warps of the fill kernel.
-# Defaults from tools/gpu_nsa_blocks.py's sweeps on the H200 (docs/perf/nsa.md, v4 and v6;
+# Defaults from tools/dev/gpu_nsa_blocks.py's sweeps on the H200 (docs/perf/nsa.md, v4 and v6;
 # FILL_WARPS from v11: 0.077 ms on 4 warps, 0.072 on 2, 0.074 on 1; COMBINE_WAVES from
 # v12, with the two-pass combine; CHUNK_ROWS from v13: with PARTIAL_PREFETCH, 64 rows (four
 # programs per SM: 98 registers, 56 KB of shared memory) beat 128 (three) by 4%).
