@@ -1,0 +1,115 @@
+"""Where an eager NSA call's host time goes: per point, the suite's host, eager and graph
+figures, the device operations one call queues (torch.profiler) and the largest entries of
+a cProfile of 50 calls.
+
+    PYTHONPATH=.:src python3 -m tools.dev.gpu_nsa_host [--out DIR] [T ...]   (about 1 min)
+
+Seed shape (B=1, Hq=16, Hkv=4, D=64, bs=64, S=16), bf16, both patterns; T defaults to 2048
+8192 32768. Calls: the forward, the backward with lse given, and the backward with
+lse=None. Prints one table (µs per call); with --out, writes host.json and one cProfile
+listing per call to DIR.
+"""
+
+import argparse
+import cProfile
+import io
+import json
+import pathlib
+import pstats
+import statistics
+
+import torch
+
+from benchmarks.common import eager_seconds, host_seconds, per_call_seconds
+from kernels.nsa import (
+    make_block_idx_random,
+    make_block_idx_recent,
+    selection_backward_triton,
+    selection_forward_triton,
+)
+
+B, HQ, HKV, D, BS, S = 1, 16, 4, 64, 64, 16
+SETS = 3
+
+
+def inputs(T, pattern, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v, do = (
+        torch.randn(B, n, T, D, device="cuda", dtype=torch.bfloat16, generator=g)
+        for n in (HQ, HKV, HKV, HQ)
+    )
+    if pattern == "recent":
+        idx = make_block_idx_recent(B, HKV, T, BS, S, device="cuda")
+    else:
+        idx = make_block_idx_random(B, HKV, T, BS, S, device="cuda", seed=seed)
+    o, lse = selection_forward_triton(q, k, v, idx, BS, return_lse=True)
+    return dict(q=q, k=k, v=v, idx=idx, do=do, o=o, lse=lse)
+
+
+def calls(x):
+    qkv = (x["q"], x["k"], x["v"])
+    return {
+        "forward": lambda: selection_forward_triton(*qkv, x["idx"], BS),
+        "backward": lambda: selection_backward_triton(
+            *qkv, x["idx"], BS, x["do"], x["o"], x["lse"]
+        ),
+        "backward_lse_none": lambda: selection_backward_triton(
+            *qkv, x["idx"], BS, x["do"], x["o"], None
+        ),
+    }
+
+
+def device_ops(fn):
+    """Kernels, memsets and copies one call queues (torch.profiler, CUDA activity)."""
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def host_listing(fn, n=50):
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(n):
+        fn()
+    pr.disable()
+    torch.cuda.synchronize()
+    s = io.StringIO()
+    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(25)
+    return s.getvalue()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out")
+    ap.add_argument("T", nargs="*", type=int, default=[2048, 8192, 32768])
+    a = ap.parse_args()
+    out = pathlib.Path(a.out) if a.out else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    print(f"{'T':>6} {'pattern':8} {'call':18} {'ops':>4} {'host':>8} {'eager':>8} {'graph':>8}")
+    for T in a.T:
+        for pattern in ("recent", "random"):
+            sets = [calls(inputs(T, pattern, seed)) for seed in range(SETS)]
+            for name in sets[0]:
+                fns = [s[name] for s in sets]
+                ops = device_ops(fns[0])
+                med = lambda xs: statistics.median(xs) * 1e6  # noqa: E731
+                host = med(host_seconds(fns, ops + 8))
+                eager = med(eager_seconds(fns))
+                graph = med(per_call_seconds(fns, calls=2 * SETS))
+                rows.append(dict(T=T, pattern=pattern, call=name, ops=ops, host_us=host,
+                                 eager_us=eager, graph_us=graph))  # fmt: skip
+                line = f"{T:>6} {pattern:8} {name:18} {ops:>4} {host:8.1f} {eager:8.1f}"
+                print(f"{line} {graph:8.1f}", flush=True)
+                if out and pattern == "recent" and T == a.T[0]:
+                    (out / f"cprofile_{name}.txt").write_text(host_listing(fns[0]))
+    if out:
+        (out / "host.json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
