@@ -182,6 +182,23 @@ def test_invert_block_idx_lists_a_repeated_block_once():
             assert got == [t for t in range(T) if j * BS <= t and j in idx[0, h, t].tolist()]
 
 
+def test_invert_block_idx_not_unique_keeps_a_repeat_beside_its_first_copy():
+    """unique=False (the backward's call): each (token, block) pair appears as many times as
+    the token's slots name the block, the copies side by side, tokens ascending."""
+    idx = with_repeats(make_block_idx_random(B, HKV, T, BS, S, "cpu", seed=2))
+    row_ptr, col = invert_block_idx(idx, BS, unique=False)
+    repeats = 0
+    for h in range(HKV):
+        for j in range(3):
+            got = col[h, row_ptr[h, j] : row_ptr[h, j + 1]].tolist()
+            want = [
+                t for t in range(T) if j * BS <= t for _ in range(idx[0, h, t].tolist().count(j))
+            ]
+            assert got == want
+            repeats += len(want) - len(set(want))
+    assert repeats > 0  # the inputs hold repeats of blocks 0..2
+
+
 @pytest.mark.parametrize("pattern,schedule", [("random", "blocks"), ("odd", "tile")])
 def test_repeated_block_counted_once(pattern, schedule, monkeypatch):
     """dq, dk, dv with repeats in block_idx equal the gradient of the dense reference, which

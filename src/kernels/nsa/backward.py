@@ -24,7 +24,7 @@ dS = P * (do v^T - delta), dq = scale * dS k, dk = scale * dS^T q, dv = P^T do.
   Memory is O(T * S): the sorted list and offsets, plus the partial buffer of at most
   2 * T * S / segment length tiles of [2, block_size, D] fp32 per (b, kv head).
 
-Precision at large logits: an fp32 lse near 100 carries an absolute error of ~1e-5, and
+Precision at large logits (fp32 inputs; `renormalise`): an fp32 lse near 100 carries an absolute error of ~1e-5, and
 exp(s - lse) carries it as a relative error shared by the whole row. The dq kernel, which
 visits all of a row's keys, also sums its recomputed P' = exp2(s - lse) to r and
 renormalises (dq = dq' / r); it stores lo = log2(r) per row (fp32 [B, Hq, T]), and the
@@ -48,8 +48,9 @@ The gradients of a row that sees a non-finite key or value, of the keys that row
 of the non-finite key or value itself, are unspecified (typically NaN).
 
 A block repeated in a row's slots counts once, as in the dense reference: the dq kernel
-visits each block once per tile (a row selected it or not), and `invert_block_idx` lists
-each (token, block) pair once.
+visits each block once per tile (a row selected it or not), and the dk/dv kernel skips a
+list entry equal to the one before it (`invert_block_idx(unique=False)` leaves a repeat
+right after its first copy; that costs one load per entry instead of a sort per token).
 """
 
 import torch
@@ -100,10 +101,12 @@ def _finite_or_0(b_x):
 def _dq_block(
     K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, b_r, t_last, qk_scale,
     D: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr, SAFE: tl.constexpr,
+    RENORM: tl.constexpr,
 ):  # fmt: skip
     """Key block j's share of the tile: returns (b_dq + dS' k, b_r + rowsum P'), where
     P' = exp2(s - lse) and dS' = P' (dp - delta) are not yet renormalised (see the kernel).
-    t_last: the tile's last token (< T). SAFE: the masked-key pass (see the kernel)."""
+    t_last: the tile's last token (< T). SAFE: the masked-key pass (see the kernel).
+    RENORM: accumulate r (otherwise b_r is returned unchanged)."""
     i_d = tl.arange(0, D)
     i_k = j * BS + tl.arange(0, BS)
     # Keys after the tile's last token, and past T, are seen by no row: read as 0.
@@ -114,7 +117,8 @@ def _dq_block(
     vis = sel[:, None] & (i_k[None, :] <= i_t[:, None])
     b_s = tl.dot(b_q, tl.trans(b_k), input_precision=PREC) * qk_scale
     b_p = tl.exp2(tl.where(vis, b_s - b_lse[:, None], float("-inf")))
-    b_r += tl.sum(b_p, axis=1)
+    if RENORM:
+        b_r += tl.sum(b_p, axis=1)
     b_dp = tl.dot(b_do, tl.trans(b_v), input_precision=PREC)
     b_ds = b_p * (b_dp - b_delta[:, None])
     if SAFE:
@@ -131,7 +135,7 @@ def _dq_tile(
     K, V, IDX, LIST, COUNT, pid_t, i_bh, p_kv, b_q, b_do, b_lse, b_delta, b_j, i_s, i_t,
     row_ok, t_last, T, NB, qk_scale, S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_R: tl.constexpr, PREC: tl.constexpr,
-    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, SAFE: tl.constexpr,
+    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, SAFE: tl.constexpr, RENORM: tl.constexpr,
 ):  # fmt: skip
     """The tile's loop over its blocks (TILE_LOOP): returns (dq' unscaled, rowsum P')."""
     p_idx = IDX + i_bh.to(tl.int64) * T * S
@@ -146,7 +150,7 @@ def _dq_tile(
                 j = tl.load(p_list + i)
                 b_dq, b_r = _dq_block(
                     K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, b_r,
-                    t_last, qk_scale, D, BS, PREC, SAFE,
+                    t_last, qk_scale, D, BS, PREC, SAFE, RENORM,
                 )  # fmt: skip
         else:
             i = 0
@@ -154,7 +158,7 @@ def _dq_tile(
                 j = tl.load(p_list + i)
                 b_dq, b_r = _dq_block(
                     K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, b_r,
-                    t_last, qk_scale, D, BS, PREC, SAFE,
+                    t_last, qk_scale, D, BS, PREC, SAFE, RENORM,
                 )  # fmt: skip
                 i += 1
     else:
@@ -164,7 +168,7 @@ def _dq_tile(
             if visit:
                 b_dq, b_r = _dq_block(
                     K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, b_r,
-                    t_last, qk_scale, D, BS, PREC, SAFE,
+                    t_last, qk_scale, D, BS, PREC, SAFE, RENORM,
                 )  # fmt: skip
     return b_dq, b_r
 
@@ -175,7 +179,7 @@ def _sel_bwd_dq_tile(
     T, NB, Hq, G, qk_scale, scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
-    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, SAFE: tl.constexpr,
+    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, SAFE: tl.constexpr, RENORM: tl.constexpr,
 ):  # fmt: skip
     Hkv = Hq // G
     i_b = i_bh // Hkv
@@ -199,19 +203,22 @@ def _sel_bwd_dq_tile(
     b_dq, b_r = _dq_tile(
         K, V, IDX, LIST, COUNT, pid_t, i_bh, p_kv, b_q, b_do, b_lse, b_delta, b_j, i_s, i_t,
         row_ok, t_last, T, NB, qk_scale, S, D, BS, BLOCK_T, BLOCK_T * BLOCK_G, PREC,
-        USE_LIST, FOR_LOOP, SAFE,
+        USE_LIST, FOR_LOOP, SAFE, RENORM,
     )  # fmt: skip
     if not SAFE:
         tl.store(FLAG + o_tile, _nonfinite_in(b_dq, row_ok).to(tl.int32))
-    # Renormalise: P' = exp2(s - lse) sums to r = 2^-e instead of 1 when the forward's lse is
-    # off by e (an fp32 lse near 100 carries an error of ~1e-5, and |s| that large is where
-    # it shows). dS is linear in P, so dq = dq' / r; lo = log2(r) lets the dk/dv kernel use
-    # exp2((s - lse) - lo), the same normalised P, without folding lo into lse (that sum
-    # would round back to lse's precision).
-    has_key = b_r > 0
-    b_r = tl.where(has_key, b_r, 1.0)
-    tl.store(LSE_LO + o_row // D, tl.log2(b_r), mask=row_ok)
-    b_dq = b_dq * (scale / b_r)[:, None]
+    # Renormalise (RENORM): P' = exp2(s - lse) sums to r = 2^-e instead of 1 when the
+    # forward's lse is off by e (an fp32 lse near 100 carries an error of ~1e-5, and |s| that
+    # large is where it shows). dS is linear in P, so dq = dq' / r; lo = log2(r) lets the
+    # dk/dv kernel use exp2((s - lse) - lo), the same normalised P, without folding lo into
+    # lse (that sum would round back to lse's precision).
+    if RENORM:
+        has_key = b_r > 0
+        b_r = tl.where(has_key, b_r, 1.0)
+        tl.store(LSE_LO + o_row // D, tl.log2(b_r), mask=row_ok)
+        b_dq = b_dq * (scale / b_r)[:, None]
+    else:
+        b_dq = b_dq * scale
     tl.store(DQ + p_rows, b_dq.to(DQ.dtype.element_ty), mask=row_ok[:, None])
 
 
@@ -221,9 +228,9 @@ def _sel_bwd_dq_kernel(
     T, NB, Hq, G, qk_scale, scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
-    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, SAFE: tl.constexpr,
+    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, SAFE: tl.constexpr, RENORM: tl.constexpr,
 ):  # fmt: skip
-    """dq, delta and lo of one token tile.
+    """dq, delta and (RENORM) lo of one token tile.
 
     Masked keys: dS = P (dp - delta) and dS k run over whole blocks, where a key hidden from
     a row (another token's selection, or the row's future) has P = dS = 0, and a non-finite
@@ -242,16 +249,19 @@ def _sel_bwd_dq_kernel(
         _sel_bwd_dq_tile(
             Q, K, V, IDX, LIST, COUNT, O, DO, LSE, DELTA, LSE_LO, DQ, FLAG, pid_t, i_bh, o_tile,
             T, NB, Hq, G, qk_scale, scale, S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, USE_LIST,
-            FOR_LOOP, SAFE,
+            FOR_LOOP, SAFE, RENORM,
         )  # fmt: skip
 
 
 @triton.jit
 def _dkdv_chunk(
-    Q, DO, LSE, DELTA, LSE_LO, p_col, c, end, o_head, b_k, b_v, i_k, b_dk, b_dv, qk_scale,
-    D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_G: tl.constexpr, G, PREC: tl.constexpr,
+    Q, DO, LSE, DELTA, LSE_LO, p_col, c, first, end, o_head, b_k, b_v, i_k, b_dk, b_dv,
+    qk_scale, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_G: tl.constexpr, G,
+    PREC: tl.constexpr, RENORM: tl.constexpr,
 ):  # fmt: skip
-    """dk/dv contributions of list entries c .. c + BLOCK_Q - 1 (x G heads) to one key block."""
+    """dk/dv contributions of list entries c .. c + BLOCK_Q - 1 (x G heads) to one key block
+    whose list starts at entry `first`. An entry equal to the one before it in the list is a
+    block repeated in that token's slots, and is skipped: it counts once."""
     # Row r of a chunk: head r % BLOCK_G of the (r // BLOCK_G)-th listed query position.
     i_r = tl.arange(0, BLOCK_Q * BLOCK_G)
     i_g = i_r % BLOCK_G
@@ -259,20 +269,24 @@ def _dkdv_chunk(
     i_e = c + i_r // BLOCK_G
     row_ok = (i_e < end) & (i_g < G)
     i_t = tl.load(p_col + i_e, mask=row_ok, other=0)
+    i_prev = tl.load(p_col + i_e - 1, mask=row_ok & (i_e > first), other=-1)
+    row_ok = row_ok & (i_t != i_prev)
     o_row = o_head + i_t
     p_rows = o_row[:, None] * D + i_d[None, :]
     b_q = tl.load(Q + p_rows, mask=row_ok[:, None], other=0.0)
     b_do = tl.load(DO + p_rows, mask=row_ok[:, None], other=0.0)
-    # lse in base 2 exactly as the dq kernel computed it, then its renormalisation lo.
+    # lse in base 2 exactly as the dq kernel computed it, then (RENORM) its renormalisation.
     b_lse = tl.load(LSE + o_row, mask=row_ok, other=0.0) * 1.4426950408889634
-    b_lo = tl.load(LSE_LO + o_row, mask=row_ok, other=0.0)
     # A row that sees a non-finite key or value may have a non-finite delta (its o), which
     # would reach the keys it cannot see through dS = 0 * (dp - delta); as 0 it reaches none
     # (the gradients of that row and of the keys it sees are unspecified anyway).
     b_delta = _finite_or_0(tl.load(DELTA + o_row, mask=row_ok, other=0.0))
     vis = row_ok[:, None] & (i_k[None, :] <= i_t[:, None])
     b_s = tl.dot(b_q, tl.trans(b_k), input_precision=PREC) * qk_scale
-    b_p = tl.exp2(tl.where(vis, (b_s - b_lse[:, None]) - b_lo[:, None], float("-inf")))
+    b_x = b_s - b_lse[:, None]
+    if RENORM:  # subtracted after lse, not folded into it (the sum would round to lse's ulp)
+        b_x -= tl.load(LSE_LO + o_row, mask=row_ok, other=0.0)[:, None]
+    b_p = tl.exp2(tl.where(vis, b_x, float("-inf")))
     b_dv += tl.dot(tl.trans(b_p.to(b_do.dtype)), b_do, input_precision=PREC)
     b_dp = tl.dot(b_do, tl.trans(b_v), input_precision=PREC)
     # dp of a non-finite v reaches, through dS, only dk of that key itself.
@@ -287,6 +301,7 @@ def _sel_bwd_dkdv_kernel(
     T, NB, NSEG, NPART, SEG_LEN, Hq, G, qk_scale, scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr, FOR_LOOP: tl.constexpr,
+    RENORM: tl.constexpr,
 ):  # fmt: skip
     i_seg = tl.program_id(0)
     i_bh = tl.program_id(1)
@@ -305,7 +320,8 @@ def _sel_bwd_dkdv_kernel(
         seg0 = tl.load(SEG_START + o_blk)
         n_seg = tl.load(SEG_START + o_blk + 1) - seg0
         # This program's share of the block's query list: SEG_LEN entries from `start`.
-        start = tl.load(ROW_PTR + o_blk) + (i_seg - seg0) * SEG_LEN
+        first = tl.load(ROW_PTR + o_blk)
+        start = first + (i_seg - seg0) * SEG_LEN
         end = tl.minimum(start + SEG_LEN, tl.load(ROW_PTR + o_blk + 1))
         p_col = COL + i_bh.to(tl.int64) * T * S
         o_head = (i_b * Hq + i_h * G + tl.arange(0, BLOCK_Q * BLOCK_G) % BLOCK_G).to(tl.int64) * T
@@ -315,15 +331,15 @@ def _sel_bwd_dkdv_kernel(
         if FOR_LOOP:
             for c in range(start, end, BLOCK_Q):
                 b_dk, b_dv = _dkdv_chunk(
-                    Q, DO, LSE, DELTA, LSE_LO, p_col, c, end, o_head, b_k, b_v, i_k, b_dk, b_dv,
-                    qk_scale, D, BLOCK_Q, BLOCK_G, G, PREC,
+                    Q, DO, LSE, DELTA, LSE_LO, p_col, c, first, end, o_head, b_k, b_v, i_k,
+                    b_dk, b_dv, qk_scale, D, BLOCK_Q, BLOCK_G, G, PREC, RENORM,
                 )  # fmt: skip
         else:
             c = start
             while c < end:
                 b_dk, b_dv = _dkdv_chunk(
-                    Q, DO, LSE, DELTA, LSE_LO, p_col, c, end, o_head, b_k, b_v, i_k, b_dk, b_dv,
-                    qk_scale, D, BLOCK_Q, BLOCK_G, G, PREC,
+                    Q, DO, LSE, DELTA, LSE_LO, p_col, c, first, end, o_head, b_k, b_v, i_k,
+                    b_dk, b_dv, qk_scale, D, BLOCK_Q, BLOCK_G, G, PREC, RENORM,
                 )  # fmt: skip
                 c += BLOCK_Q
         if n_seg == 1:
@@ -366,7 +382,7 @@ def _sel_bwd_reduce_kernel(
         tl.store(DV + p_kv, b_dv.to(DV.dtype.element_ty), mask=k_ok)
 
 
-def invert_block_idx(block_idx, block_size):
+def invert_block_idx(block_idx, block_size, unique=True):
     """CSR inverse of block_idx: which query positions kept each key block.
 
     Args:
@@ -377,10 +393,12 @@ def invert_block_idx(block_idx, block_size):
             col[b * Hkv + h, row_ptr[., j] : row_ptr[., j + 1]].
         col: int32 [B * Hkv, T * S] query positions, ascending within each block; entries
             past row_ptr[., NB] belong to dropped slots.
-    A block repeated in one token's slots is listed once for that token, as the selection
-    counts it once (each (token, block) pair is one entry).
-    Device-side torch ops only (no host sync). Each token's S slots are sorted first, so a
-    repeat sits beside its first copy and is dropped. Slot (t, s) then gets the key
+    unique: a block repeated in one token's slots is listed once for that token, as the
+    selection counts it once (each (token, block) pair is one entry); each token's S slots
+    are sorted first, so that a repeat sits beside its first copy and is dropped. With
+    unique=False that sort is skipped and a repeat stays in the list, right after its first
+    copy (the same position twice in a row): the backward's dk/dv kernel skips such entries.
+    Device-side torch ops only (no host sync). Slot (t, s) gets the key
     j * T + t (j = NB when dropped), unique per row, so one sort of the keys orders entries
     by block and then token; the keys are int32 unless (NB + 1) * T overflows it. Rows are
     sorted SORT_ENTRIES slots at a time, which bounds the sort's temporaries; O(T * S) memory.
@@ -397,12 +415,15 @@ def invert_block_idx(block_idx, block_size):
     col = torch.empty(BH, T * S, dtype=torch.int32, device=dev)
     rows = max(1, SORT_ENTRIES // (T * S))
     for r0 in range(0, BH, rows):
-        j = idx[r0 : r0 + rows].view(-1, T, S).sort(dim=2).values
-        repeat = torch.zeros_like(j, dtype=torch.bool)
-        repeat[..., 1:] = j[..., 1:] == j[..., :-1]
-        j, repeat = j.view(-1, T * S), repeat.view(-1, T * S)
-        kept = (j >= 0) & (j < NB) & (j * block_size <= t) & ~repeat
-        del repeat
+        j = idx[r0 : r0 + rows]
+        kept = (j >= 0) & (j < NB) & (j * block_size <= t)
+        if unique:
+            j = j.view(-1, T, S).sort(dim=2).values
+            repeat = torch.zeros_like(j, dtype=torch.bool)
+            repeat[..., 1:] = j[..., 1:] == j[..., :-1]
+            j, repeat = j.view(-1, T * S), repeat.view(-1, T * S)
+            kept = (j >= 0) & (j < NB) & (j * block_size <= t) & ~repeat
+            del repeat
         key = torch.where(kept, j.to(kdt), NB) * T + t
         del kept
         key = key.sort(dim=1).values
@@ -445,12 +466,22 @@ def split_long_lists(row_ptr, seg_len, n_entries):
     return seg_block, seg_start, part_start, n_part
 
 
+def renormalise(dtype):
+    """Whether the backward renormalises the recomputed P (dq kernel: r and lo; dk/dv: lo):
+    for fp32 inputs, whose gradients are held to ~1e-5 and where lse's own rounding shows at
+    large logits. 16-bit inputs round P to 8 or 11 bits in the products, far coarser than
+    lse's error, and skip it."""
+    return dtype == torch.float32
+
+
 def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale):
     """Run the dq kernel; returns (dq, delta, lse_lo), the last two fp32 [B, Hq, T]: delta =
-    rowsum(o * do) and the base-2 correction of lse. Its tile lists are freed on return."""
+    rowsum(o * do) and the base-2 correction of lse (None unless `renormalise`). Its tile
+    lists are freed on return."""
     dq = _checks.new_empty(q.shape, q.dtype, q.device)
     delta = _checks.new_empty(q.shape[:3], torch.float32, q.device)
-    lse_lo = _checks.new_empty(q.shape[:3], torch.float32, q.device)
+    renorm = renormalise(q.dtype)
+    lse_lo = _checks.new_empty(q.shape[:3], torch.float32, q.device) if renorm else None
     rows = forward.TILE_ROWS if DQ_ROWS is None else DQ_ROWS
     block_g, block_t, prec = tile_config(dims.G, q.dtype, rows)
     lists, counts, flags = tile_loop_args(block_idx, block_size, block_t)
@@ -460,10 +491,11 @@ def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale):
     for safe in (False, True):
         launch(
             _sel_bwd_dq_kernel, grid,
-            q, k, v, block_idx, lists, counts, o, do, lse, delta, lse_lo, dq, redo,
+            q, k, v, block_idx, lists, counts, o, do, lse, delta,
+            delta if lse_lo is None else lse_lo, dq, redo,
             dims.T, dims.NB, dims.Hq, dims.G, qk_scale, dims.scale,
             S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
-            BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **flags, SAFE=safe,
+            BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **flags, SAFE=safe, RENORM=renorm,
             num_warps=DQ_WARPS, num_stages=DQ_STAGES,
         )  # fmt: skip
     return dq, delta, lse_lo
@@ -474,7 +506,7 @@ def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scal
     dk = _checks.new_empty(k.shape, k.dtype, k.device)
     dv = _checks.new_empty(v.shape, v.dtype, v.device)
     block_g, _, prec = tile_config(dims.G, q.dtype, 1)
-    row_ptr, col = invert_block_idx(block_idx, block_size)
+    row_ptr, col = invert_block_idx(block_idx, block_size, unique=False)
     block_q = max(1, DKDV_ROWS // block_g)
     seg_len = block_q * SEGMENT_CHUNKS
     seg_block, seg_start, part_start, n_part = split_long_lists(row_ptr, seg_len, dims.T * dims.S)
@@ -482,11 +514,12 @@ def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scal
     part = _checks.new_empty((BH, n_part, 2, block_size, dims.D), torch.float32, q.device)
     launch(
         _sel_bwd_dkdv_kernel, (seg_block.shape[1], BH),
-        q, k, v, do, lse, delta, lse_lo, row_ptr, col, seg_block, seg_start, part_start, part,
-        dk, dv,
+        q, k, v, do, lse, delta, delta if lse_lo is None else lse_lo, row_ptr, col, seg_block,
+        seg_start, part_start, part, dk, dv,
         dims.T, dims.NB, seg_block.shape[1], n_part, seg_len, dims.Hq, dims.G, qk_scale,
         dims.scale, S=dims.S, D=dims.D, BS=block_size, BLOCK_Q=block_q, BLOCK_G=block_g,
-        PREC=prec, FOR_LOOP=forward.use_for_loop(), num_warps=DKDV_WARPS,
+        PREC=prec, FOR_LOOP=forward.use_for_loop(), RENORM=lse_lo is not None,
+        num_warps=DKDV_WARPS,
         num_stages=DKDV_STAGES,
     )  # fmt: skip
     _sel_bwd_reduce_kernel[(dims.NB, BH)](
