@@ -206,9 +206,9 @@ def _repeats(b_key, i_e, S: tl.constexpr, L_PAD: tl.constexpr):
 
 @triton.jit
 def _tile_list_kernel(
-    IDX, LIST, COUNT, HIST, T, NB, N_TILES, MIN_BLOCKS, NW, TPW,
+    IDX, LIST, COUNT, HIST, FLAG, T, NB, N_TILES, MIN_BLOCKS, NW, TPW,
     S: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, L_PAD: tl.constexpr,
-    USE_HIST: tl.constexpr, KEY64: tl.constexpr,
+    USE_HIST: tl.constexpr, KEY64: tl.constexpr, ZERO_FLAG: tl.constexpr,
 ):  # fmt: skip
     """LIST[bh, tile, :count] = sorted distinct kept blocks of the tile's BLOCK_T * S slots;
     COUNT[bh, tile] = count. Entries past count are left unwritten (never read).
@@ -217,7 +217,8 @@ def _tile_list_kernel(
     row counts once; one int32 atomic per distinct block, not per slot: block 0 of the
     'random' pattern is chosen by every token); w = tile // TPW, the tile's window of TPW
     tiles (HIST is [B * Hkv, NW, NB]). With USE_HIST the slots are sorted by (block, slot)
-    (64-bit keys when KEY64), so that a row's repeats sit side by side; otherwise by block."""
+    (64-bit keys when KEY64), so that a row's repeats sit side by side; otherwise by block.
+    ZERO_FLAG: FLAG[bh, tile] = 0 (the forward's non-finite flags, set by later kernels)."""
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_e = tl.arange(0, L_PAD)
@@ -243,6 +244,8 @@ def _tile_list_kernel(
     count = tl.sum(first.to(tl.int32), 0)
     tl.store(LIST + o_tile * BLOCK_T * S + pos, b_j, mask=first)
     tl.store(COUNT + o_tile, count)
+    if ZERO_FLAG:
+        tl.store(FLAG + o_tile, 0)
     if USE_HIST:
         if count > MIN_BLOCKS:
             # A run's last lane adds the run's lanes that are no repeat: its prefix count
@@ -258,7 +261,9 @@ def window_tiles(n_tiles, n_windows):
     return triton.cdiv(n_tiles, n_windows)
 
 
-def tile_block_lists(block_idx, block_size, block_t, hist=None, min_blocks=0, key64=None):
+def tile_block_lists(
+    block_idx, block_size, block_t, hist=None, min_blocks=0, key64=None, flags=None
+):  # fmt: skip
     """Per tile of block_t consecutive tokens, the distinct kept blocks its tokens selected.
 
     Args:
@@ -272,6 +277,7 @@ def tile_block_lists(block_idx, block_size, block_t, hist=None, min_blocks=0, ke
         min_blocks: see hist.
         key64: with hist, sort (block, slot) keys in 64 bits (None: only when
             (NB + 1) * next_pow2(block_t * S) exceeds int32).
+        flags: optional int32 [B * Hkv, n_tiles], zero-filled here.
     Returns:
         lists: int32 [B * Hkv, n_tiles, block_t * S]; row [bh, i] holds, ascending, the
             count[bh, i] distinct blocks kept by any token of tile i (entries after that are
@@ -288,21 +294,26 @@ def tile_block_lists(block_idx, block_size, block_t, hist=None, min_blocks=0, ke
     if key64 is None:
         key64 = (NB + 1) * l_pad > 2**31 - 1
     _tile_list_kernel[(n_tiles, B * Hkv)](
-        block_idx, lists, counts, counts if hist is None else hist, T, NB, n_tiles, min_blocks,
+        block_idx, lists, counts, counts if hist is None else hist,
+        counts if flags is None else flags, T, NB, n_tiles, min_blocks,
         NW, window_tiles(n_tiles, NW),
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=l_pad,
         USE_HIST=hist is not None, KEY64=bool(key64) and hist is not None,
+        ZERO_FLAG=flags is not None,
         num_warps=TILE_LIST_WARPS,
     )  # fmt: skip
     return lists, counts
 
 
 @triton.jit
-def _any_nonfinite(b_x, rows):
-    """Whether an element of b_x ([R, C] fp32) in a row where `rows` ([R] bool) holds is inf
-    or NaN (NaN fails every comparison, so `abs < inf` is false for both)."""
-    bad = ~(tl.abs(b_x) < float("inf"))
-    return tl.max((bad & rows[:, None]).to(tl.int32)) > 0
+def _flag_nonfinite(FLAG, o_tile, b_x, rows):
+    """FLAG[o_tile] = 1 when an element of b_x ([R, C] fp32) in a row where `rows` ([R] bool)
+    holds is inf or NaN (NaN fails every comparison, so `abs < inf` is false for both). Each
+    such element stores the same 1 under its own mask: no reduction across the tile, so no
+    barrier, and clean inputs store nothing."""
+    bad = ~(tl.abs(b_x) < float("inf")) & rows[:, None]
+    p_flag = FLAG + o_tile + tl.zeros(b_x.shape, tl.int32)
+    tl.store(p_flag, tl.full(b_x.shape, 1, tl.int32), mask=bad)
 
 
 @triton.jit
@@ -396,13 +407,13 @@ def _tile_blocks(
 
 @triton.jit
 def _sel_fwd_tile(
-    Q, K, V, IDX, LIST, COUNT, O, LSE, pid_t, i_bh, o_tile, T, NB, Hq, G, qk_scale,
+    Q, K, V, IDX, LIST, COUNT, O, LSE, FLAG, pid_t, i_bh, o_tile, T, NB, Hq, G, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
     USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, SAFE: tl.constexpr,
 ):  # fmt: skip
-    """o and lse of one token tile; returns whether a real row ended non-finite. SAFE: each
-    row's p @ v over its visible keys only (`_attend_block`)."""
+    """o and lse of one token tile; unless SAFE, FLAG[o_tile] = 1 when a real row ended
+    non-finite. SAFE: each row's p @ v over its visible keys only (`_attend_block`)."""
     Hkv = Hq // G
     i_b = i_bh // Hkv
     i_h = i_bh % Hkv
@@ -423,10 +434,10 @@ def _sel_fwd_tile(
     b_o = b_acc / tl.where(no_key, 1.0, b_l)[:, None]
     b_lse = (b_m + tl.log2(tl.where(no_key, 1.0, b_l))) * LN2
     b_lse = tl.where(no_key, float("-inf"), b_lse)
-    bad = _any_nonfinite(b_o, row_ok)
+    if not SAFE:
+        _flag_nonfinite(FLAG, o_tile, b_o, row_ok)
     tl.store(O + o_row[:, None] + i_d[None, :], b_o.to(O.dtype.element_ty), mask=row_ok[:, None])
     tl.store(LSE + o_row // D, b_lse, mask=row_ok)
-    return bad
 
 
 @triton.jit
@@ -447,11 +458,10 @@ def _sel_fwd_kernel(
     if SKIP_BLOCK_TILES:
         todo = tl.load(COUNT + o_tile) <= MIN_BLOCKS
     if todo:
-        bad = _sel_fwd_tile(
-            Q, K, V, IDX, LIST, COUNT, O, LSE, pid_t, i_bh, o_tile, T, NB, Hq, G, qk_scale,
-            S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, USE_LIST, FOR_LOOP, False,
+        _sel_fwd_tile(
+            Q, K, V, IDX, LIST, COUNT, O, LSE, FLAG, pid_t, i_bh, o_tile, T, NB, Hq, G,
+            qk_scale, S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, USE_LIST, FOR_LOOP, False,
         )  # fmt: skip
-        tl.store(FLAG + o_tile, 1, mask=bad)
 
 
 @triton.jit
@@ -475,7 +485,7 @@ def _sel_fwd_fix_kernel(
             pid_t = pid * FIX + i
             if tl.load(p_flag + pid_t, mask=pid_t < N_TILES, other=0) != 0:
                 _sel_fwd_tile(
-                    Q, K, V, IDX, LIST, COUNT, O, LSE, pid_t, i_bh,
+                    Q, K, V, IDX, LIST, COUNT, O, LSE, FLAG, pid_t, i_bh,
                     i_bh.to(tl.int64) * N_TILES + pid_t, T, NB, Hq, G, qk_scale,
                     S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, USE_LIST, FOR_LOOP, True,
                 )  # fmt: skip
@@ -503,15 +513,19 @@ def tile_config(G, dtype, rows):
     return block_g, block_t, prec
 
 
-def tile_loop_args(block_idx, block_size, block_t, hist=None, min_blocks=0):
+def tile_loop_args(block_idx, block_size, block_t, hist=None, min_blocks=0, nonfinite=None):
     """Kernel arguments that pick the loop: (LIST, COUNT, constexpr flags) for TILE_LOOP.
     With `hist` (see `tile_block_lists`) the tile lists and counts are built whatever the loop,
-    since the block-major path needs the counts."""
+    since the block-major path needs the counts. `nonfinite` (the forward's per-tile flags,
+    int32 [B * Hkv, n_tiles]) is zero-filled: by the tile-list kernel when it runs."""
     if TILE_LOOP not in TILE_LOOPS:
         raise ValueError(f"TILE_LOOP must be one of {TILE_LOOPS}, got {TILE_LOOP!r}")
     flags = dict(USE_LIST=TILE_LOOP == "list", FOR_LOOP=use_for_loop())
     if TILE_LOOP == "list" or hist is not None:
-        return (*tile_block_lists(block_idx, block_size, block_t, hist, min_blocks), flags)
+        lists = tile_block_lists(block_idx, block_size, block_t, hist, min_blocks, flags=nonfinite)
+        return (*lists, flags)
+    if nonfinite is not None:
+        nonfinite.zero_()
     return block_idx, block_idx, flags  # unused pointers
 
 
@@ -588,9 +602,11 @@ def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_
     if min_blocks is not None:
         n_lists = forward_blocks.list_windows(dims.T, block_t) * dims.NB
         hist = torch.zeros(dims.B * dims.Hkv, n_lists, dtype=torch.int32, device=q.device)
-    lists, counts, loop = tile_loop_args(block_idx, block_size, block_t, hist, min_blocks or 0)
     grid = (triton.cdiv(dims.T, block_t), dims.B * dims.Hkv)
-    flags = torch.zeros(grid[1], grid[0], dtype=torch.int32, device=q.device)
+    flags = torch.empty(grid[1], grid[0], dtype=torch.int32, device=q.device)
+    lists, counts, loop = tile_loop_args(
+        block_idx, block_size, block_t, hist, min_blocks or 0, nonfinite=flags
+    )  # fmt: skip
     qk_scale = dims.scale * LOG2E
     main = torch.cuda.current_stream(q.device) if side is not None else None
     if side is not None:

@@ -76,7 +76,7 @@ from triton.runtime.interpreter import InterpretedFunction
 from . import _checks
 from .forward import (
     LN2,
-    _any_nonfinite,
+    _flag_nonfinite,
     _kept,
     _repeats,
     _sorted_runs,
@@ -426,10 +426,9 @@ def _combine_tile(
     b_l = tl.where(no_key, 1.0, b_l)
     b_lse = tl.where(no_key, float("-inf"), (m_safe + tl.log2(b_l)) * LN2)
     b_o = b_acc / b_l[:, None]
-    bad = _any_nonfinite(b_o, row_ok)
     tl.store(O + o_row[:, None] + i_d[None, :], b_o.to(O.dtype.element_ty), mask=row_ok[:, None])
     tl.store(LSE + o_row // D, b_lse, mask=row_ok)
-    tl.store(FLAG + o_tile, 1, mask=bad)
+    _flag_nonfinite(FLAG, o_tile, b_o, row_ok)
 
 
 @triton.jit
