@@ -75,30 +75,33 @@ def make_inputs(B, H, HV, mode, seed):
     )  # fmt: skip
 
 
-def make_call(api, mode, x, B, H, HV, lower_bound):
+def make_call(api, mode, x, B, H, HV, lower_bound, tuning=None):
     """A zero-argument callable running one verify in `mode` on buffers `x`; returns o
-    (kda_cases.make_call; the indices are checked first, at setup)."""
-    return cases.make_call(api, mode, x, B, T_DRAFT, H, HV, HEAD_DIM, HEAD_DIM, lower_bound)
+    (kda_cases.make_call; the indices are checked first, at setup). `tuning`: a
+    kernels.kda.tuning.KdaTuning passed as `tuning=`, or None (nothing passed)."""
+    return cases.make_call(
+        api, mode, x, B, T_DRAFT, H, HV, HEAD_DIM, HEAD_DIM, lower_bound, tuning=tuning
+    )
 
 
-def check_against_reference(api, mode, H, HV, lower_bound):
+def check_against_reference(api, mode, H, HV, lower_bound, tuning=None):
     """The mode's o (and snapshots) against kernels.kda.reference.verify on a small batch."""
     B, K = CHECK_BATCH, HEAD_DIM
     x = make_inputs(B, H, HV, mode, seed=7)
     ref = cases.reference_verify(api.reference, x, T_DRAFT, H, HV, K, K, lower_bound)
-    o = make_call(api, mode, x, B, H, HV, lower_bound)()
+    o = make_call(api, mode, x, B, H, HV, lower_bound, tuning)()
     check_close(f"{mode} o", o.reshape(ref["o"].shape), ref["o"])
     if "inter_ssm" in x:
         check_close(f"{mode} snapshots", x["inter_ssm"][:B], ref["states"])
 
 
-def check_ring_bitwise(api, H, HV, lower_bound):
+def check_ring_bitwise(api, H, HV, lower_bound, tuning=None):
     """fused+ring must write exactly the ring bytes unfused+ring writes (whole buffers)."""
     B = RING_CHECK_BATCH
     ref = make_inputs(B, H, HV, cases.UNFUSED_RING, seed=11)
     fus = make_inputs(B, H, HV, cases.FUSED_RING, seed=11)
-    make_call(api, cases.UNFUSED_RING, ref, B, H, HV, lower_bound)()
-    make_call(api, cases.FUSED_RING, fus, B, H, HV, lower_bound)()
+    make_call(api, cases.UNFUSED_RING, ref, B, H, HV, lower_bound, tuning)()
+    make_call(api, cases.FUSED_RING, fus, B, H, HV, lower_bound, tuning)()
     if not SMOKE:
         torch.cuda.synchronize()
     for name in cases.RING_NAMES:
@@ -110,6 +113,7 @@ class _Verify:
     """Inputs and checks shared by the KDA classes."""
 
     timeout = 300
+    tuning = None  # a kernels.kda.tuning.KdaTuning for every call (None: the package default)
 
     @setup_oom_as_nan  # an out-of-memory error anywhere here, checks included, records n/a
     def setup_case(self, batch, mode, gate, heads):
@@ -124,15 +128,15 @@ class _Verify:
         require_device()
         H, HV = parse_heads(heads)
         self.case = (batch, H, HV, mode, GATES[gate])
-        check_against_reference(self.api, mode, H, HV, GATES[gate])
+        check_against_reference(self.api, mode, H, HV, GATES[gate], self.tuning)
         if cases.is_ring(mode):
-            check_ring_bitwise(self.api, H, HV, GATES[gate])
+            check_ring_bitwise(self.api, H, HV, GATES[gate], self.tuning)
         self.fn = self.call(seed=0)
 
     def call(self, seed):
         batch, H, HV, mode, lower_bound = self.case
         x = make_inputs(batch, H, HV, mode, seed)
-        return make_call(self.api, mode, x, batch, H, HV, lower_bound)
+        return make_call(self.api, mode, x, batch, H, HV, lower_bound, self.tuning)
 
     def cold_samples(self, samples=SAMPLES):
         # One disjoint buffer set per captured call: a set is reused only after all others.
@@ -201,6 +205,24 @@ class KdaVerify(_Timed):
             return peak_bytes(self.fn)
 
 
+def block_v_tuning(block_v):
+    """A KdaTuning forcing the fused kernel's BLOCK_V, or None for a package whose wrappers
+    take no `tuning=` (older commits: they read fused_verify.KDA_VERIFY_BLOCK_V instead)."""
+    import dataclasses
+    import importlib
+    import inspect
+
+    try:
+        kt = importlib.import_module("kernels.kda.tuning")
+        fv = importlib.import_module("kernels.kda.fused_verify")
+    except ImportError:
+        return None
+    params = inspect.signature(fv.fused_kda_conv_gating_verify).parameters
+    if "tuning" not in params or not hasattr(kt, "DEFAULT"):
+        return None
+    return kt.KdaTuning(verify=dataclasses.replace(kt.DEFAULT.verify, block_v=block_v))
+
+
 def verify_bytes(B, H, HV, mode):
     """Bytes one verify must move at least (the KDA spec's count, "Bytes and the floor"):
     read the fp32 state once, write T snapshots of it or the ring entries; read mixed_qkv,
@@ -222,9 +244,10 @@ def verify_bytes(B, H, HV, mode):
 if FULL_SUITE:  # the tuning sweep: nightly and smoke only (common.FULL_SUITE)
 
     class KdaBlockV(_Timed):
-        """Tuning sweep of the fused kernel's value tile,
-        kernels.kda.fused_verify.KDA_VERIFY_BLOCK_V, set on the module before the first call
-        (safe gate, the first heads shape)."""
+        """Tuning sweep of the fused kernel's value tile (safe gate, the first heads shape):
+        `tuning=` with block_v replaced; a package without `tuning=` takes it from
+        kernels.kda.fused_verify.KDA_VERIFY_BLOCK_V, set on the module before the first
+        call."""
 
         version = "1"
         params = [
@@ -235,9 +258,11 @@ if FULL_SUITE:  # the tuning sweep: nightly and smoke only (common.FULL_SUITE)
         param_names = ["block_v", "mode", "batch"]
 
         def setup(self, block_v, mode, batch):
-            self.module = load_api("kernels.kda.fused_verify", "KDA_VERIFY_BLOCK_V").module
-            self.default_block_v = self.module.KDA_VERIFY_BLOCK_V
-            self.module.KDA_VERIFY_BLOCK_V = block_v
+            self.tuning = block_v_tuning(block_v)
+            if self.tuning is None:  # an older package: the module attribute
+                self.module = load_api("kernels.kda.fused_verify", "KDA_VERIFY_BLOCK_V").module
+                self.default_block_v = self.module.KDA_VERIFY_BLOCK_V
+                self.module.KDA_VERIFY_BLOCK_V = block_v
             self.setup_case(batch, mode, "safe", HEADS[0])
 
         def teardown(self, *params):

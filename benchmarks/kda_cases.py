@@ -208,7 +208,9 @@ def validate_call_indices(api, inp):
         validate(inp["inter_indices"], inp["inter_ssm"], "intermediate_state_indices")
 
 
-def make_call(api, mode, inp, B, T, H, HV, K, V, lower_bound=None, *, validate=True, scale=None):
+def make_call(
+    api, mode, inp, B, T, H, HV, K, V, lower_bound=None, *, validate=True, scale=None, tuning=None
+):
     """A zero-argument callable running one verify in `mode` on buffers `inp`; it returns o
     (`[B*T, HV, V]` fused, `[1, B*T, HV, V]` unfused, in the input dtype).
 
@@ -217,18 +219,21 @@ def make_call(api, mode, inp, B, T, H, HV, K, V, lower_bound=None, *, validate=T
         the `kernels.kda` package).
     validate: check the indices first (validate_call_indices); off for tests that pass
         indices outside the pools on purpose.
+    tuning: a `kernels.kda.tuning.KdaTuning` handed to every kernel call as `tuning=`; None
+        passes nothing (packages older than `tuning=` take no such keyword).
     """
     if validate:
         validate_call_indices(api, inp)
+    tune = {} if tuning is None else {"tuning": tuning}
     if is_fused(mode):
         kw = fused_kwargs(mode, inp, T, H, HV, K, V, lower_bound, scale)
-        return lambda: api.fused_kda_conv_gating_verify(**kw)
+        return lambda: api.fused_kda_conv_gating_verify(**kw, **tune)
 
     def unfused():
         args, kwargs = conv_args(inp, B, T)
-        conv_out = api.causal_conv1d_update(*args, **kwargs)
+        conv_out = api.causal_conv1d_update(*args, **kwargs, **tune)
         kw = recurrent_kwargs(mode, inp, conv_out, T, H, HV, K, V, lower_bound)
-        return api.fused_sigmoid_gating_delta_rule_update(**kw)
+        return api.fused_sigmoid_gating_delta_rule_update(**kw, **tune)
 
     return unfused
 

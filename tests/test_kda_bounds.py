@@ -9,6 +9,8 @@ buffer). Then: the guard rows are bitwise untouched, that sequence gets the padd
 lives. `validate_indices`, the on-request check of ranges and duplicates, is tested last.
 """
 
+from dataclasses import replace
+
 import pytest
 import torch
 from test_kda_verify import (
@@ -29,7 +31,7 @@ from test_kda_verify import (
     tol,
 )
 
-import kernels.kda.fused_verify as fused_mod
+import kernels.kda.tuning as kt
 from kernels.kda import (
     causal_conv1d_update,
     fused_kda_conv_gating_verify,
@@ -91,9 +93,10 @@ def padded_reference(inp, pad_seq=True):
 
 
 @pytest.fixture
-def one_tile(monkeypatch):
-    """One V tile per value head in the fused kernel (fewest programs to interpret)."""
-    monkeypatch.setattr(fused_mod, "KDA_VERIFY_BLOCK_V", 32)
+def one_tile():
+    """`tuning=` keyword of one V tile per value head in the fused kernel (fewest programs
+    to interpret)."""
+    return {"tuning": replace(kt.DEFAULT.verify, block_v=32)}
 
 
 # ---------------------------------------------------------------------------------------
@@ -118,7 +121,7 @@ def test_fused_index_outside_pool_is_padding(mode, arg, pool, key, value, device
     kw = fused_kwargs(mode, inp, T, H, HV, K, V)
     kw["conv_state_indices"] = inp["conv_indices"]
     kw[arg] = spoil(inp[key], value, inp[pool].shape[0])
-    o = fused_kda_conv_gating_verify(**kw)
+    o = fused_kda_conv_gating_verify(**kw, **one_tile)
     assert_guards_untouched(guards, saved)
     ref = padded_reference(inp)
     check_o(o, ref, T, torch.float32)
@@ -136,7 +139,7 @@ def test_fused_int64_index_far_outside_is_padding(value, device, one_tile):
     for arg, key in (("cache_indices", "cache_indices"), ("conv_state_indices", "conv_indices"),
                      ("intermediate_state_indices", "inter_indices")):  # fmt: skip
         kw[arg] = spoil(inp[key].long(), value, None)
-    o = fused_kda_conv_gating_verify(**kw)
+    o = fused_kda_conv_gating_verify(**kw, **one_tile)
     assert_guards_untouched(guards, saved)
     ref = padded_reference(inp)
     check_o(o, ref, T, torch.float32)
@@ -159,7 +162,7 @@ def test_fused_snapshot_line_bounded_by_the_smaller_pool(device, one_tile):
     saved = guard_rows(guards)
     kw = fused_kwargs("fused", inp, T, H, HV, K, V)
     kw["conv_state_indices"] = inp["conv_indices"]
-    o = fused_kda_conv_gating_verify(**kw)
+    o = fused_kda_conv_gating_verify(**kw, **one_tile)
     ref = padded_reference(inp)
     check_o(o, ref, T, torch.float32)
     check_windows(inp, ref)  # the window line n exists, yet nothing is written there

@@ -5,7 +5,7 @@ Triton's GPU lowering (tuples in loops, layouts, register pressure) would pass e
 test. `tools/dev/compile_kda_sm90.py` compiles through the public wrappers down to a cubin
 with ptxas and reads registers, local memory and the stack frame (spills) from it; this
 runs it on the shipped tiles' shapes (no spills allowed), the sub-tile loop (with and
-without pipelining) in both work orders, and state tiles with and without key chunks.
+without pipelining), and state tiles with and without key chunks.
 """
 
 import json
@@ -35,7 +35,7 @@ def _run(*args):
 @pytest.mark.parametrize(
     "args,n_rows",
     [
-        # B=2 in the tool: the small-batch tiles, fused kernel state first by default.
+        # B=2 in the tool: the small-batch tiles.
         (["--block-v", "4", "8", "--warps", "1", "2", "4"], 24),
         # 128-row programs in two 64-row sub-tiles, key chunks of 64, compiled for every
         # mode (the ring modes' B > 32 tile up to v11); the fused kernel's B > 32 tile,
@@ -78,7 +78,7 @@ def test_projected_ring_tiles_compile_for_sm90(mode, bv, stages):
     """The ring modes' B > 16 tiles of the table (projected form, 32-row sub-tiles on 2
     warps, key chunks of 32), both gates: they compile at the register limit (255), and
     what ptxas puts on the stack stays a few words (0-48 bytes; these tiles measured
-    fastest with it, docs/perf/kda.md v12). A larger spill fails here."""
+    fastest with it). A larger spill fails here."""
     for gate in ([], ["--safe-gate"]):
         tile = ["--block-v", str(bv), "--sub-v", "32", "--warps", "2", "--stages", str(stages)]
         r = _run("--modes", mode, *tile, "--key-chunk", "32", "--project", "on", *gate)
@@ -89,15 +89,15 @@ def test_projected_ring_tiles_compile_for_sm90(mode, bv, stages):
 
 
 def test_sub_tile_loop_compiles_for_sm90():
-    """The sub-tile loop, plain and pipelined, in both work orders, with key chunks of 32:
-    every variant compiles. 64-row programs in 32-row sub-tiles spill at 4 warps (255
+    """The sub-tile loop, plain and pipelined, with key chunks of 32: every variant
+    compiles. 64-row programs in 32-row sub-tiles spill at 4 warps (255
     registers and a stack frame; pipelined, 64 to 192 bytes): they are not in the table,
     and the report says so."""
     r = _run("--block-v", "64", "--sub-v", "32", "--stages", "1", "2", "--warps", "4",
-             "--state-first", "on", "off", "--key-chunk", "32")  # fmt: skip
+             "--key-chunk", "32")  # fmt: skip
     assert "0 compile errors," in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
     rows = [ln for ln in r.stdout.splitlines() if "_verify_kernel" in ln]
-    assert len(rows) == 12, r.stdout
+    assert len(rows) == 8, r.stdout
 
 
 def test_register_cap_spills_are_reported():
@@ -114,7 +114,7 @@ def test_register_cap_spills_are_reported():
 
 
 def test_norm_rows_take_barriers_out_of_two_warp_tiles():
-    """common.NORM_ROW (the q/k norms summed as [1, K] rows) is in the table for the
+    """The norm_row tuning (the q/k norms summed as [1, K] rows) is in the table for the
     2-warp plain tiles because there the norms' sums stop crossing warps: the compiled
     kernels carry fewer barriers with it (49 -> 25 with Triton 3.6) and no more lane
     shuffles. If a compiler change undoes that, the table's reason is gone."""

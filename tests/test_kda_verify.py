@@ -6,13 +6,15 @@ buffers are NaN-poisoned first, so that missing writes and writes to rows or rin
 that must stay untouched both show.
 """
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 import kernels.kda as kda
-import kernels.kda.common as common
 import kernels.kda.fused_verify as fused_mod
 import kernels.kda.recurrent as rec_mod
+import kernels.kda.tuning as kt
 from benchmarks import kda_cases as cases
 
 # conv_args, fused_kwargs and recurrent_kwargs: the other KDA tests take them from here too.
@@ -55,10 +57,12 @@ def validate_call_indices(inp):
     cases.validate_call_indices(kda, inp)
 
 
-def make_runner(mode, inp, B, T, H, HV, K, V, lower_bound=None):
+def make_runner(mode, inp, B, T, H, HV, K, V, lower_bound=None, tuning=None):
     """The benchmark's call pattern for one mode (kda_cases.make_call; no index check, so
-    tests can pass indices outside the pools)."""
-    return cases.make_call(kda, mode, inp, B, T, H, HV, K, V, lower_bound, validate=False)
+    tests can pass indices outside the pools); `tuning`: a KdaTuning or None."""
+    return cases.make_call(
+        kda, mode, inp, B, T, H, HV, K, V, lower_bound, validate=False, tuning=tuning
+    )
 
 
 def reference(inp, T, H, HV, K, V, lower_bound=None):
@@ -125,12 +129,14 @@ def check_saves(mode, inp, ref, T, dtype):
         assert _unused_rows_poisoned(inp["inter_ssm"], lines), "snapshots of unused lines"
 
 
-def run_and_check(mode, B, T, H, HV, K, V, dtype, device, lower_bound=None, pad=None, seed=0):
+def run_and_check(
+    mode, B, T, H, HV, K, V, dtype, device, lower_bound=None, pad=None, seed=0, tuning=None
+):
     inp = make_inputs(B, T, H, HV, K, V, dtype, device, seed=seed, pad=pad)
     validate_call_indices(inp)
     before = {n: inp[n].clone() for n in ("ssm", "conv_pool")}
     ref = reference(inp, T, H, HV, K, V, lower_bound)
-    o = make_runner(mode, inp, B, T, H, HV, K, V, lower_bound)()
+    o = make_runner(mode, inp, B, T, H, HV, K, V, lower_bound, tuning)()
     assert o.dtype == dtype
     assert o.shape == ((B * T, HV, V) if mode.startswith("fused") else (1, B * T, HV, V))
     check_verify(mode, inp, before, o, ref, T, dtype)
@@ -166,9 +172,10 @@ def test_cases_modes_and_buffers():
 
 
 @pytest.fixture
-def one_tile(monkeypatch):
-    """Force one V tile per value head (fewest programs under the interpreter)."""
-    monkeypatch.setattr(fused_mod, "KDA_VERIFY_BLOCK_V", 32)
+def one_tile():
+    """A tuning with one V tile per value head in the fused kernel (fewest programs under
+    the interpreter)."""
+    return kt.KdaTuning(verify=replace(kt.DEFAULT.verify, block_v=32))
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -178,7 +185,7 @@ def one_tile(monkeypatch):
     ids=["HV=H-std-pad", "HV=2H-safe"],
 )
 def test_modes_vs_reference(mode, B, T, H, HV, lower_bound, pad, cpu_dtype, device, one_tile):
-    run_and_check(mode, B, T, H, HV, 16, 16, cpu_dtype, device, lower_bound, pad)
+    run_and_check(mode, B, T, H, HV, 16, 16, cpu_dtype, device, lower_bound, pad, tuning=one_tile)
 
 
 @pytest.mark.parametrize("lower_bound", [None, -5.0])
@@ -197,8 +204,9 @@ def test_ring_bytes_fused_equal_unfused(lower_bound, cpu_dtype, device):
 def test_replay_matches_snapshots(cpu_dtype, device, one_tile):
     """Replaying the ring for every accepted length gives the snapshot of that step."""
     B, T, H, HV, K, V = 2, 4, 1, 2, 16, 16
-    snap, _ = run_and_check("fused", B, T, H, HV, K, V, cpu_dtype, device, -5.0, seed=3)
-    ring, _ = run_and_check("fused+ring", B, T, H, HV, K, V, cpu_dtype, device, -5.0, seed=3)
+    kw = dict(seed=3, tuning=one_tile)
+    snap, _ = run_and_check("fused", B, T, H, HV, K, V, cpu_dtype, device, -5.0, **kw)
+    ring, _ = run_and_check("fused+ring", B, T, H, HV, K, V, cpu_dtype, device, -5.0, **kw)
     ref = reference(ring, T, H, HV, K, V, -5.0)
     ci, lines = ring["cache_indices"], ring["inter_indices"].long()
     bufs = [ring[n] for n in ("rawk", "rawv", "g", "beta")]
@@ -225,49 +233,46 @@ def test_replay_matches_snapshots(cpu_dtype, device, one_tile):
     assert rel_err(new[1], snap["inter_ssm"][lines[1], T - 1]) < 1e-5
 
 
-def _set_tile(monkeypatch, bv, sub, nw, st, state_first=None, ahead=False, prefetch=False):
-    for mod, prefix in ((fused_mod, "KDA_VERIFY_"), (rec_mod, "RECURRENT_")):
-        for name, value in (("BLOCK_V", bv), ("SUB_V", sub), ("NUM_WARPS", nw), ("STAGES", st)):
-            monkeypatch.setattr(mod, prefix + name, value)
-    monkeypatch.setattr(fused_mod, "KDA_VERIFY_STATE_FIRST", state_first)
-    monkeypatch.setattr(fused_mod, "KDA_VERIFY_FIRST_AHEAD", ahead)
-    monkeypatch.setattr(fused_mod, "KDA_VERIFY_PREFETCH", prefetch)
+def tuned(prefetch=None, **fields):
+    """A KdaTuning with `fields` replaced in both recurrence kernels' parts (prefetch: the
+    fused kernel's only)."""
+    return kt.KdaTuning(
+        verify=replace(kt.DEFAULT.verify, prefetch=prefetch, **fields),
+        recurrent=replace(kt.DEFAULT.recurrent, **fields),
+    )
+
+
+def tile(bv, sub, nw, st, prefetch=None, **fields):
+    """A KdaTuning forcing one tile (BLOCK_V, SUB_V, warps, stages; None = the table's)."""
+    return tuned(prefetch, block_v=bv, sub_v=sub, num_warps=nw, stages=st, **fields)
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_block_v_choices_agree(mode, device, monkeypatch):
-    """Every tile (BLOCK_V, SUB_V, warps, stages; for the fused kernel every work order:
-    state first, or the first sub-tile's loads ahead of the loop) of the mode's recurrence
-    kernel gives the same results: the ring and windows bitwise, o and snapshots to fp32
-    rounding. Two value heads share one q/k head, so the ownership of the shared ring
-    entries is exercised with several V tiles and several sub-tiles per tile."""
+def test_block_v_choices_agree(mode, device):
+    """Every tile (BLOCK_V, SUB_V, warps, stages; for the fused kernel the sub-tile loop
+    plain and double-buffered) of the mode's recurrence kernel gives the same results: the
+    ring and windows bitwise, o and snapshots to fp32 rounding. Two value heads share one
+    q/k head, so the ownership of the shared ring entries is exercised with several V tiles
+    and several sub-tiles per tile."""
     B, T, H, HV, K, V = 1, 2, 1, 2, 16, 16
     results = []
     tiles = (
         (None, None, None, None, None),
-        (2, None, 1, None, True),
-        (4, None, 2, None, False),
-        (8, None, None, None, True),
-        (16, None, 4, None, False),
+        (2, None, 1, None, None),
+        (4, None, 2, None, None),
+        (8, None, None, None, None),
+        (16, None, 4, None, None),
         (32, None, None, None, None),
         (8, 2, 1, 2, None),
-        (16, 4, None, 3, True),
-        (16, 8, 2, 1, False),
-        (8, 2, 1, 2, "ahead"),
-        (16, 8, 2, 1, "ahead"),
-        (16, None, None, None, "ahead"),  # one piece: the loop has no second sub-tile
-        (8, 2, 1, None, "prefetch"),  # four sub-tiles, each loaded during the one before
-        (16, 8, 2, None, "prefetch"),
-        (16, None, None, None, "prefetch"),
+        (16, 4, None, 3, None),
+        (16, 8, 2, 1, None),
+        (8, 2, 1, None, True),  # four sub-tiles, each loaded during the one before
+        (16, 8, 2, None, True),
+        (16, None, None, None, True),  # one piece: the loop has no second sub-tile
     )
-    for bv, sub, nw, st, first in tiles:
-        if first == "ahead":
-            _set_tile(monkeypatch, bv, sub, nw, st, False, ahead=True)
-        elif first == "prefetch":
-            _set_tile(monkeypatch, bv, sub, nw, st, False, ahead=False, prefetch=True)
-        else:
-            _set_tile(monkeypatch, bv, sub, nw, st, first)
-        inp, o = run_and_check(mode, B, T, H, HV, K, V, torch.float32, device, seed=5)
+    for bv, sub, nw, st, prefetch in tiles:
+        tn = tile(bv, sub, nw, st, prefetch)
+        inp, o = run_and_check(mode, B, T, H, HV, K, V, torch.float32, device, seed=5, tuning=tn)
         results.append((o, inp))
     o0, inp0 = results[0]
     for o, inp in results[1:]:
@@ -277,101 +282,74 @@ def test_block_v_choices_agree(mode, device, monkeypatch):
             assert same_bits(inp[name], inp0[name]), name
 
 
-def test_tile_table_and_knobs(monkeypatch):
+def test_tile_table_and_knobs():
     """The default tile and key chunk width come from the table rows of the mode and batch;
     forced values win."""
-    for mode, rows in common.KEY_CHUNK_TABLE.items():
-        for max_b, kc in rows:
-            B = 1000 if max_b is None else max_b
-            assert common.key_chunk(mode, B, 128) == (kc or 128)
-            assert common.key_chunk(mode, B, 16) == min(kc or 128, 16)
-    assert common.key_chunk("unfused+ring", 16, 128) == 32
-    assert common.key_chunk("unfused+ring", 4, 128) == 128
-    monkeypatch.setattr(common, "STATE_KEY_CHUNK", 8)
-    assert common.key_chunk("fused", 1, 128) == 8 and common.key_chunk("fused", 1, 4) == 4
-    for mode, rows in common.BLOCK_V_TABLE.items():
-        for max_b, bv, sub, nw, st in rows:
-            B = 1000 if max_b is None else max_b
-            assert common.pick_tile(mode, {}, B, 128, 128) == (bv, sub, nw, st)
-            assert sub <= bv and bv % sub == 0
-    # Register caps of the table's tiles: by batch, never with a forced tile knob.
-    for mode, rows in common.MAXNREG_TABLE.items():
-        assert rows[-1][0] is None
-        for max_b, cap in rows:
-            B = 1000 if max_b is None else max_b
-            assert common.table_maxnreg(mode, {}, B) == cap
-            assert cap is None or 24 <= cap <= 255
-    caps = {**common.MAXNREG_TABLE, "fused+ring": ((16, None), (32, 128), (None, 168))}
-    monkeypatch.setattr(common, "MAXNREG_TABLE", caps)
-    assert common.table_maxnreg("fused+ring", {}, 32) == 128
-    assert common.table_maxnreg("fused+ring", {}, 33) == 168
-    assert common.table_maxnreg("fused+ring", {}, 16) is None
-    for knob in ("BLOCK_V", "SUB_V", "NUM_WARPS"):
-        assert common.table_maxnreg("fused+ring", {knob: 4, "STAGES": None}, 32) is None
-    assert common.maxnreg_kwargs("X", None, 128) == {"maxnreg": 128}
-    assert common.maxnreg_kwargs("X", 200, 128) == {"maxnreg": 200}
-    assert common.maxnreg_kwargs("X", None, None) == {}
+    parts = (kt.DEFAULT.verify, kt.DEFAULT.recurrent)
+    for tn in parts:
+        for ring in (False, True):
+            for max_b, kc in tn.tables(ring).key_chunks:
+                B = 1000 if max_b is None else max_b
+                assert kt.key_chunk(tn, ring, B, 128) == (kc or 128)
+                assert kt.key_chunk(tn, ring, B, 16) == min(kc or 128, 16)
+            for max_b, bv, sub, nw, st in tn.tables(ring).tiles:
+                B = 1000 if max_b is None else max_b
+                assert kt.pick_tile(tn, ring, B, 128, 128) == (bv, sub, nw, st)
+                assert sub <= bv and bv % sub == 0
+            for table in ("tiles", "key_chunks", "project", "norm_row"):
+                assert getattr(tn.tables(ring), table)[-1][0] is None, table
+    rec = kt.DEFAULT.recurrent
+    assert kt.key_chunk(rec, True, 16, 128) == 32
+    assert kt.key_chunk(rec, True, 4, 128) == 128
+    fused = replace(kt.DEFAULT.verify, key_chunk=8)
+    assert kt.key_chunk(fused, False, 1, 128) == 8 and kt.key_chunk(fused, False, 1, 4) == 4
+    assert kt.maxnreg_kwargs(kt.DEFAULT.verify) == {}
+    assert kt.maxnreg_kwargs(replace(rec, maxnreg=200)) == {"maxnreg": 200}
     # A forced BLOCK_V alone walks its rows in one piece, clipped to V.
-    assert common.pick_tile("fused", {"BLOCK_V": 64}, 1, 16, 128) == (16, 16, 8, 1)
-    assert common.pick_tile("fused", {"BLOCK_V": 32, "SUB_V": 8}, 1, 128, 128) == (32, 8, 1, 1)
-    assert common.pick_tile("fused", {"BLOCK_V": 8, "SUB_V": 32}, 1, 128, 128)[:2] == (8, 8)
-    assert common.pick_tile("unfused", {"NUM_WARPS": 2}, 1, 128, 128)[2] == 2
-    assert common.pick_tile("unfused", {"STAGES": 3}, 1, 128, 128)[3] == 3
-    for knobs, match in (
-        ({"NUM_WARPS": 3, "prefix": "X_"}, "X_NUM_WARPS"),
-        ({"SUB_V": 6, "prefix": "X_"}, "X_SUB_V"),
-        ({"STAGES": 0, "prefix": "X_"}, "X_STAGES"),
-        ({"BLOCK_V": 12, "prefix": "X_"}, "X_BLOCK_V"),
+    f = kt.DEFAULT.verify
+    assert kt.pick_tile(replace(f, block_v=64), False, 1, 16, 128) == (16, 16, 8, 1)
+    assert kt.pick_tile(replace(f, block_v=32, sub_v=8), False, 1, 128, 128) == (32, 8, 1, 1)
+    assert kt.pick_tile(replace(f, block_v=8, sub_v=32), False, 1, 128, 128)[:2] == (8, 8)
+    assert kt.pick_tile(replace(rec, num_warps=2), False, 1, 128, 128)[2] == 2
+    assert kt.pick_tile(replace(rec, stages=3), False, 1, 128, 128)[3] == 3
+    # The compatibility override takes the place of block_v, named in its messages.
+    assert kt.pick_tile(replace(f, block_v=64), False, 1, 128, 128, 8)[:2] == (8, 8)
+    with pytest.raises(ValueError, match="KDA_VERIFY_BLOCK_V"):
+        kt.pick_tile(f, False, 1, 128, 128, 12, "KDA_VERIFY_BLOCK_V")
+    for fields, match in (
+        ({"num_warps": 3}, "num_warps"),
+        ({"sub_v": 6}, "sub_v"),
+        ({"stages": 0}, "stages"),
+        ({"block_v": 12}, "block_v"),
     ):
         with pytest.raises(ValueError, match=match):
-            common.pick_tile("fused", knobs, 1, 128, 128)
+            kt.pick_tile(replace(f, **fields), False, 1, 128, 128)
+    # A tuning of the wrong kind is refused; a KdaTuning gives each wrapper its part.
+    assert kt.resolve(kt.DEFAULT, kt.VerifyTuning, "verify") is kt.DEFAULT.verify
+    assert kt.resolve(None, kt.ConvTuning, "conv") is kt.DEFAULT.conv
+    with pytest.raises(TypeError, match="tuning"):
+        kt.resolve(kt.DEFAULT.recurrent, kt.VerifyTuning, "verify")
 
 
 @pytest.mark.parametrize(
-    "knob,value",
-    [
-        ("KDA_VERIFY_STATE_FIRST", 1),
-        ("KDA_VERIFY_FIRST_AHEAD", None),
-        ("KDA_VERIFY_PREFETCH", 1),
-        ("KDA_VERIFY_BLOCK_V", 3),
-        ("KDA_VERIFY_MAXNREG", 16),
-        ("KDA_VERIFY_MAXNREG", 168.0),
-    ],
-    ids=[
-        "state-first-not-bool",
-        "first-ahead-not-bool",
-        "prefetch-not-bool",
-        "block-v-not-pow2",
-        "maxnreg-too-small",
-        "maxnreg-not-int",
-    ],
+    "field,value",
+    [("prefetch", 1), ("block_v", 3), ("maxnreg", 16), ("maxnreg", 168.0)],
+    ids=["prefetch-not-bool", "block-v-not-pow2", "maxnreg-too-small", "maxnreg-not-int"],
 )
-def test_fused_knob_rejects_bad_value(knob, value, device, monkeypatch):
-    """A bad fused-kernel knob is refused, naming it, before anything is written."""
+def test_fused_knob_rejects_bad_value(field, value, device):
+    """A bad fused-kernel tuning value is refused, naming it, before anything is written."""
     inp = make_inputs(1, 2, 1, 1, 16, 16, torch.float32, device)
-    monkeypatch.setattr(fused_mod, knob, value)
-    with pytest.raises(ValueError, match=knob):
-        make_runner("fused", inp, 1, 2, 1, 1, 16, 16)()
+    tn = kt.KdaTuning(verify=replace(kt.DEFAULT.verify, **{field: value}))
+    with pytest.raises(ValueError, match=field):
+        make_runner("fused", inp, 1, 2, 1, 1, 16, 16, tuning=tn)()
     assert bool(inp["win_pool"].isnan().all())
 
 
-@pytest.mark.parametrize(
-    "mode,B,want",
-    [("fused+ring", 16, None), ("fused+ring", 32, 128), ("fused+ring", 48, 168),
-     ("fused+ring", 64, None), ("unfused+ring", 32, 144), ("fused", 32, None)],
-)  # fmt: skip
-def test_table_register_cap_reaches_the_launch(mode, B, want, device, monkeypatch):
-    """A register cap of the table (common.MAXNREG_TABLE, here a test table: the shipped
-    one caps nothing now) is a launch option of the recurrence kernel at the batches it
-    covers, the module knob overrides it, and a forced tile drops it. The kernels are
-    replaced by recorders here: only the launch options are looked at."""
-    caps = {
-        "fused": ((None, None),),
-        "fused+ring": ((16, None), (32, 128), (48, 168), (None, None)),
-        "unfused": ((None, None),),
-        "unfused+ring": ((16, None), (None, 144)),
-    }
-    monkeypatch.setattr(common, "MAXNREG_TABLE", caps)
+@pytest.mark.parametrize("mode", MODES)
+def test_register_cap_reaches_the_launch(mode, device, monkeypatch):
+    """tuning.maxnreg is a launch option of the recurrence kernel; the default caps
+    nothing. The kernels are replaced by recorders here: only the launch options are
+    looked at."""
     launches = []
 
     class Recorder:
@@ -380,165 +358,144 @@ def test_table_register_cap_reaches_the_launch(mode, B, want, device, monkeypatc
 
     monkeypatch.setattr(fused_mod, "_fused_verify_kernel", Recorder())
     monkeypatch.setattr(rec_mod, "_recurrent_verify_kernel", Recorder())
-    T, H, HV, K, V = 2, 1, 1, 16, 16
+    B, T, H, HV, K, V = 2, 2, 1, 1, 16, 16
     inp = make_inputs(B, T, H, HV, K, V, torch.float32, device)
     make_runner(mode, inp, B, T, H, HV, K, V)()
-    assert launches == [want]
-    knob = ("KDA_VERIFY_" if mode.startswith("fused") else "RECURRENT_") + "MAXNREG"
-    mod = fused_mod if mode.startswith("fused") else rec_mod
-    monkeypatch.setattr(mod, knob, 200)
-    make_runner(mode, inp, B, T, H, HV, K, V)()
-    assert launches[-1] == 200
-    monkeypatch.setattr(mod, knob, None)
-    monkeypatch.setattr(mod, knob.replace("MAXNREG", "BLOCK_V"), 8)
-    make_runner(mode, inp, B, T, H, HV, K, V)()
-    assert launches[-1] is None
+    make_runner(mode, inp, B, T, H, HV, K, V, tuning=tuned(maxnreg=200))()
+    assert launches == [None, 200]
 
 
-def test_recurrent_maxnreg_knob(device, monkeypatch):
+def test_recurrent_maxnreg_knob(device):
     """The recurrent kernel's register cap: a bad value is refused, naming it, before the
     kernel runs; a valid one is a launch option only (results unchanged under the
-    interpreter, which ignores it; its effect on the GPU is in docs/perf/kda.md)."""
+    interpreter, which ignores it)."""
     B, T, H, HV, K, V = 2, 2, 1, 1, 16, 16
-    monkeypatch.setattr(rec_mod, "RECURRENT_MAXNREG", 300)
     inp = make_inputs(B, T, H, HV, K, V, torch.float32, device)
-    with pytest.raises(ValueError, match="RECURRENT_MAXNREG"):
-        make_runner("unfused+ring", inp, B, T, H, HV, K, V)()
+    with pytest.raises(ValueError, match="maxnreg"):
+        make_runner("unfused+ring", inp, B, T, H, HV, K, V, tuning=tuned(maxnreg=300))()
     assert bool(inp["rawv"].isnan().all())
-    monkeypatch.setattr(rec_mod, "RECURRENT_MAXNREG", 168)
-    run_and_check("unfused+ring", B, T, H, HV, K, V, torch.float32, device)
+    run_and_check(
+        "unfused+ring", B, T, H, HV, K, V, torch.float32, device, tuning=tuned(maxnreg=168)
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("kc", [4, 8, 32])
-def test_key_chunks_vs_reference(mode, kc, cpu_dtype, device, monkeypatch):
-    """State tiles split into key chunks (STATE_KEY_CHUNK < K = 32; 32 is the plain tile):
+def test_key_chunks_vs_reference(mode, kc, cpu_dtype, device):
+    """State tiles split into key chunks (key_chunk < K = 32; 32 is the plain tile):
     o, snapshots and ring against the reference, one-piece and sub-tiled V tiles, with a
     padded sequence."""
-    monkeypatch.setattr(common, "STATE_KEY_CHUNK", kc)
-    for tile in ((8, None, None, None), (16, 8, None, None)):
-        _set_tile(monkeypatch, *tile)
-        run_and_check(mode, 3, 3, 1, 2, 32, 16, cpu_dtype, device, -5.0, pad=1, seed=13)
+    for t in ((8, None, None, None), (16, 8, None, None)):
+        tn = tile(*t, key_chunk=kc)
+        run_and_check(mode, 3, 3, 1, 2, 32, 16, cpu_dtype, device, -5.0, pad=1, seed=13, tuning=tn)
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("project", [False, True])
-def test_projected_form_vs_reference(mode, project, cpu_dtype, device, monkeypatch):
+def test_projected_form_vs_reference(mode, project, cpu_dtype, device):
     """Both forms of the steps (per-step updates, or every state product taken from the
-    initial state: common._projection) in every mode: o, snapshots and ring against the
+    initial state: step._projection) in every mode: o, snapshots and ring against the
     reference, for T = 1 (no coupling term) and T = 5, a strong gate (safe, lower bound -5)
     and the standard one, one-piece and sub-tiled tiles, key chunks, a padded sequence."""
-    monkeypatch.setattr(fused_mod, "KDA_VERIFY_PROJECT", project)
-    monkeypatch.setattr(rec_mod, "RECURRENT_PROJECT", project)
-    monkeypatch.setattr(common, "STATE_KEY_CHUNK", 8)
-    for T, lb, tile in ((1, None, (16, None, None, None)), (5, -5.0, (16, 8, None, None))):
-        _set_tile(monkeypatch, *tile)
-        run_and_check(mode, 3, T, 1, 2, 32, 16, cpu_dtype, device, lb, pad=1, seed=19)
+    for T, lb, t in ((1, None, (16, None, None, None)), (5, -5.0, (16, 8, None, None))):
+        tn = tile(*t, project=project, key_chunk=8)
+        run_and_check(mode, 3, T, 1, 2, 32, 16, cpu_dtype, device, lb, pad=1, seed=19, tuning=tn)
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("norm_row", [False, True])
-def test_norm_row_vs_reference(mode, norm_row, cpu_dtype, device, monkeypatch):
-    """Both ways of summing the q/k norms (common.NORM_ROW) in every mode, against the
+def test_norm_row_vs_reference(mode, norm_row, cpu_dtype, device):
+    """Both ways of summing the q/k norms (tuning norm_row) in every mode, against the
     reference: T = 4 (o stored in one group of four steps) and T = 7 (a group and three
     single steps), one-piece and sub-tiled tiles, a padded sequence."""
-    monkeypatch.setattr(common, "NORM_ROW", norm_row)
-    for T, lb, tile in ((4, None, (16, None, None, None)), (7, -5.0, (16, 8, None, None))):
-        _set_tile(monkeypatch, *tile)
-        run_and_check(mode, 3, T, 1, 2, 32, 16, cpu_dtype, device, lb, pad=1, seed=29)
+    for T, lb, t in ((4, None, (16, None, None, None)), (7, -5.0, (16, 8, None, None))):
+        tn = tile(*t, norm_row=norm_row)
+        run_and_check(mode, 3, T, 1, 2, 32, 16, cpu_dtype, device, lb, pad=1, seed=29, tuning=tn)
 
 
-def test_norm_row_knob(cpu_dtype, device, monkeypatch):
-    """The table's choice per mode and batch, and a bad NORM_ROW refused (naming it)
+def test_norm_row_knob(cpu_dtype, device):
+    """The table's choice per mode and batch, and a bad norm_row refused (naming it)
     before anything is written."""
-    assert common.norm_row_flag("fused", 2) is True
-    assert common.norm_row_flag("fused", 3) is False
-    assert common.norm_row_flag("unfused", 8) is False
-    assert common.norm_row_flag("unfused", 9) is True
-    for mode, rows in common.NORM_ROW_TABLE.items():
-        assert rows[-1][0] is None, mode
-    monkeypatch.setattr(common, "NORM_ROW", 1)
+    f, r = kt.DEFAULT.verify, kt.DEFAULT.recurrent
+    assert kt.norm_row_flag(f, False, 2) is True
+    assert kt.norm_row_flag(f, False, 3) is False
+    assert kt.norm_row_flag(r, False, 8) is False
+    assert kt.norm_row_flag(r, False, 9) is True
     for mode in ("fused", "unfused+ring"):
         inp = make_inputs(2, 3, 1, 2, 16, 16, cpu_dtype, device, seed=31)
-        with pytest.raises(ValueError, match="NORM_ROW"):
-            make_runner(mode, inp, 2, 3, 1, 2, 16, 16)()
+        with pytest.raises(ValueError, match="norm_row"):
+            make_runner(mode, inp, 2, 3, 1, 2, 16, 16, tuning=tuned(norm_row=1))()
         assert all(bool(inp[n].isnan().all()) for n in ("inter_ssm", "rawv", "rawk", "g", "beta"))
 
 
-def test_project_knob(cpu_dtype, device, monkeypatch):
-    """A bad projection knob is refused, naming it, before anything is written; the final
+def test_project_knob(cpu_dtype, device):
+    """A bad projection flag is refused, naming it, before anything is written; the final
     state of an ordinary decode call never takes the projected form (it would not form
     the state): forced on, the decode result is still right."""
     B, T, H, HV, K, V = 2, 3, 1, 2, 16, 16
-    for mod, name, mode in (
-        (fused_mod, "KDA_VERIFY_PROJECT", "fused+ring"),
-        (rec_mod, "RECURRENT_PROJECT", "unfused+ring"),
-    ):
-        monkeypatch.setattr(mod, name, 1)
+    for mode in ("fused+ring", "unfused+ring"):
         inp = make_inputs(B, T, H, HV, K, V, cpu_dtype, device, seed=23)
-        with pytest.raises(ValueError, match=name):
-            make_runner(mode, inp, B, T, H, HV, K, V)()
+        with pytest.raises(ValueError, match="project"):
+            make_runner(mode, inp, B, T, H, HV, K, V, tuning=tuned(project=1))()
         assert all(bool(inp[n].isnan().all()) for n in ("rawv", "rawk", "g", "beta"))
-        monkeypatch.setattr(mod, name, None)
-    assert common.project_flag("unfused+ring", True, "X", True, 64) is False
-    assert common.project_flag("unfused", None, "X", False, 64) is False
-    assert common.project_flag("fused+ring", None, "X", False, 64) is True
-    assert common.project_flag("fused+ring", None, "X", False, 16) is False
-    assert common.project_flag("fused+ring", None, "X", False, 4) is True
-    assert common.project_flag("unfused+ring", None, "X", False, 2) is False
-    assert common.project_flag("unfused+ring", None, "X", False, 17) is True
-    for mode, rows in common.PROJECT_TABLE.items():
-        assert rows[-1][0] is None
-        for max_b, flag in rows:
-            B = 1000 if max_b is None else max_b
-            assert common.project_flag(mode, None, "X", False, B) is flag
+    f, r = kt.DEFAULT.verify, kt.DEFAULT.recurrent
+    assert kt.project_flag(replace(r, project=True), True, True, 64) is False
+    assert kt.project_flag(r, False, False, 64) is False
+    assert kt.project_flag(f, True, False, 64) is True
+    assert kt.project_flag(f, True, False, 16) is False
+    assert kt.project_flag(f, True, False, 4) is True
+    assert kt.project_flag(r, True, False, 2) is False
+    assert kt.project_flag(r, True, False, 17) is True
+    for tn in (f, r):
+        for ring in (False, True):
+            for max_b, flag in tn.tables(ring).project:
+                B = 1000 if max_b is None else max_b
+                assert kt.project_flag(tn, ring, False, B) is flag
 
 
-def test_key_chunk_knob(cpu_dtype, device, monkeypatch):
-    """The ring bytes do not depend on the key chunks, and a bad STATE_KEY_CHUNK is
-    refused (naming it) before anything is written."""
+def test_key_chunk_knob(cpu_dtype, device):
+    """The ring bytes do not depend on the key chunks, and a bad key_chunk is refused
+    (naming it) before anything is written."""
     B, T, H, HV, K, V = 2, 3, 1, 2, 32, 16
     runs = {}
     for kc in (8, 32):
-        monkeypatch.setattr(common, "STATE_KEY_CHUNK", kc)
         inp = make_inputs(B, T, H, HV, K, V, cpu_dtype, device, seed=17)
-        make_runner("fused+ring", inp, B, T, H, HV, K, V)()
+        make_runner("fused+ring", inp, B, T, H, HV, K, V, tuning=tuned(key_chunk=kc))()
         runs[kc] = inp
     for name in ("rawv", "rawk", "g", "beta", "win_pool"):
         assert same_bits(runs[8][name], runs[32][name]), name
     for bad in (2, 12, 16.0, True):
-        monkeypatch.setattr(common, "STATE_KEY_CHUNK", bad)
         for mode in ("fused+ring", "unfused"):
             inp = make_inputs(B, T, H, HV, K, V, cpu_dtype, device, seed=17)
-            with pytest.raises(ValueError, match="STATE_KEY_CHUNK"):
-                make_runner(mode, inp, B, T, H, HV, K, V)()
+            with pytest.raises(ValueError, match="key_chunk"):
+                make_runner(mode, inp, B, T, H, HV, K, V, tuning=tuned(key_chunk=bad))()
             # (unfused: the conv kernel ran first; the recurrence wrote nothing)
             saves = ("inter_ssm", "rawv", "rawk", "g", "beta")
             assert all(bool(inp[n].isnan().all()) for n in saves), mode
             assert bool(inp["win_pool"].isnan().all()) or mode == "unfused"
 
 
-def test_snapshot_cache_modifier_knob(cpu_dtype, device, monkeypatch):
+def test_snapshot_cache_modifier_knob(cpu_dtype, device):
     """A snapshot store cache modifier changes no result; a bad one is refused, naming the
-    knob, before anything is written."""
-    monkeypatch.setattr(common, "SNAPSHOT_CACHE_MODIFIER", ".cs")
-    run_and_check("fused", 2, 3, 1, 2, 16, 16, cpu_dtype, device, seed=5)
-    monkeypatch.setattr(common, "SNAPSHOT_CACHE_MODIFIER", ".ca")
+    field, before anything is written."""
+    tn = tuned(snapshot_cache_modifier=".cg")
+    run_and_check("fused", 2, 3, 1, 2, 16, 16, cpu_dtype, device, seed=5, tuning=tn)
     for mode in ("fused", "unfused"):
         inp = make_inputs(2, 3, 1, 2, 16, 16, cpu_dtype, device, seed=5)
-        with pytest.raises(ValueError, match="SNAPSHOT_CACHE_MODIFIER"):
-            make_runner(mode, inp, 2, 3, 1, 2, 16, 16)()
+        with pytest.raises(ValueError, match="snapshot_cache_modifier"):
+            make_runner(
+                mode, inp, 2, 3, 1, 2, 16, 16, tuning=tuned(snapshot_cache_modifier=".ca")
+            )()
         assert bool(inp["inter_ssm"].isnan().all())
         assert bool(inp["win_pool"].isnan().all()) or mode == "unfused"
 
 
 @pytest.mark.parametrize("kc,T", [(32, 2), (8, 5)])
-def test_disable_state_update_false(kc, T, cpu_dtype, device, monkeypatch):
+def test_disable_state_update_false(kc, T, cpu_dtype, device):
     """Ordinary decode: [B, T, H, K] layout, no save buffers, final state written back,
     from the plain and the key-chunked tile (K = 32)."""
-    monkeypatch.setattr(common, "STATE_KEY_CHUNK", kc)
-    monkeypatch.setattr(rec_mod, "RECURRENT_BLOCK_V", 16)
-    monkeypatch.setattr(rec_mod, "RECURRENT_PROJECT", True)  # must not apply here
+    # project=True must not apply here (the final state is formed)
+    tn = replace(kt.DEFAULT.recurrent, key_chunk=kc, block_v=16, project=True)
     B, H, HV, K, V = 2, 1, 2, 32, 16
     inp = make_inputs(B, T, H, HV, K, V, cpu_dtype, device, seed=11)
     ref = reference(inp, T, H, HV, K, V)
@@ -555,6 +512,7 @@ def test_disable_state_update_false(kc, T, cpu_dtype, device, monkeypatch):
         b=inp["b"],
         initial_state_source=inp["ssm"],
         initial_state_indices=inp["cache_indices"],
+        tuning=tn,
     )
     assert o.shape == (B, T, HV, V) and dim == q.shape[-1] * 2 + v.shape[-1]
     assert rel_err(o.reshape(B * T, HV, V), ref["o"]) < tol(cpu_dtype)
@@ -596,12 +554,12 @@ def test_conv_decode_rolls_state(T, cpu_dtype, device):
 # ---------------------------------------------------------------------------------------
 
 
-def _assert_gpu_ring_bytes_equal(B, T, H, HV, K, V, lower_bound):
+def _assert_gpu_ring_bytes_equal(B, T, H, HV, K, V, lower_bound, tuning=None):
     """fused+ring and unfused+ring write the same ring bytes in bf16 on the GPU."""
     runs = {}
     for mode in ("unfused+ring", "fused+ring"):
         inp = make_inputs(B, T, H, HV, K, V, torch.bfloat16, "cuda", seed=7)
-        make_runner(mode, inp, B, T, H, HV, K, V, lower_bound)()
+        make_runner(mode, inp, B, T, H, HV, K, V, lower_bound, tuning)()
         runs[mode] = inp
     for name in ("rawv", "rawk", "g", "beta"):
         assert same_bits(runs["unfused+ring"][name], runs["fused+ring"][name]), name
@@ -622,27 +580,27 @@ def test_gpu_bf16_seed_shape(B, HV, lower_bound):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kc", [8, 32, 128])
-def test_gpu_bf16_key_chunks(kc, monkeypatch):
+def test_gpu_bf16_key_chunks(kc):
     """Other key chunk widths than the default in bf16 at the seed's shape (128 = the plain
     tile): every mode against the reference at B = 4 with a padded sequence, ring bytes
     equal between the fused and unfused kernels."""
     T, H, HV, K, V = 4, 8, 8, 128, 128
-    monkeypatch.setattr(common, "STATE_KEY_CHUNK", kc)
+    tn = tuned(key_chunk=kc)
     for mode in MODES:
-        run_and_check(mode, 4, T, H, HV, K, V, torch.bfloat16, "cuda", -5.0, pad=0)
-    _assert_gpu_ring_bytes_equal(4, T, H, HV, K, V, None)
+        run_and_check(mode, 4, T, H, HV, K, V, torch.bfloat16, "cuda", -5.0, pad=0, tuning=tn)
+    _assert_gpu_ring_bytes_equal(4, T, H, HV, K, V, None, tn)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("norm_row", [False, True])
-def test_gpu_bf16_norm_row(norm_row, monkeypatch):
-    """Both ways of summing the q/k norms (common.NORM_ROW) in bf16 at the seed's shape:
+def test_gpu_bf16_norm_row(norm_row):
+    """Both ways of summing the q/k norms (tuning norm_row) in bf16 at the seed's shape:
     every mode against the reference at B = 2 (the fused kernels' 2-warp tile) and B = 16
     (the recurrent kernel's) with a padded sequence, ring bytes equal between the fused
     and unfused kernels."""
     T, H, HV, K, V = 4, 8, 8, 128, 128
-    monkeypatch.setattr(common, "NORM_ROW", norm_row)
+    tn = tuned(norm_row=norm_row)
     for B in (2, 16):
         for mode in MODES:
-            run_and_check(mode, B, T, H, HV, K, V, torch.bfloat16, "cuda", -5.0, pad=0)
-        _assert_gpu_ring_bytes_equal(B, T, H, HV, K, V, None)
+            run_and_check(mode, B, T, H, HV, K, V, torch.bfloat16, "cuda", -5.0, pad=0, tuning=tn)
+        _assert_gpu_ring_bytes_equal(B, T, H, HV, K, V, None, tn)

@@ -10,11 +10,12 @@ gate (lower_bound -5). For every (HV, gate, B):
   * time per call from CUDA-graph replays: "seed" replays 10 captured calls on the same
     buffers; "cold" captures one call per disjoint input set, with enough sets (>= 10) that
     their data is about 3x the L2, so no call finds its state in L2.
-Then a KDA_VERIFY_BLOCK_V sweep (2..32) of the fused modes at B in {1, 16, 64}.
+Then a BLOCK_V sweep (2..32, `tuning=`) of the fused modes at B in {1, 16, 64}.
 Failures are recorded and the run continues. Writes DIR/kda_check.json and DIR/kda_check.txt.
 """
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -37,7 +38,7 @@ ROOT = next(
 sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
 import kernels.kda as kda  # noqa: E402
-import kernels.kda.fused_verify as fused_mod  # noqa: E402
+import kernels.kda.tuning as kt  # noqa: E402
 from benchmarks import kda_cases as cases  # noqa: E402
 from kernels.kda import reference as ref_mod  # noqa: E402
 
@@ -73,9 +74,15 @@ def cold_sets(B, HV, seed):
     return [first] + [make_set(B, HV, seed + i) for i in range(1, n_sets)]
 
 
-def runner(mode, s, B, HV, lb):
-    """The benchmark's call pattern for one mode on input set s (kda_cases.make_call)."""
-    return cases.make_call(kda, mode, s, B, T, H, HV, K, V, lb, scale=K**-0.5)
+def runner(mode, s, B, HV, lb, tuning=None):
+    """The benchmark's call pattern for one mode on input set s (kda_cases.make_call);
+    `tuning`: a kernels.kda.tuning.KdaTuning, or None for the default."""
+    return cases.make_call(kda, mode, s, B, T, H, HV, K, V, lb, scale=K**-0.5, tuning=tuning)
+
+
+def block_v_tuning(bv):
+    """A KdaTuning forcing the fused kernel's BLOCK_V to bv."""
+    return kt.KdaTuning(verify=dataclasses.replace(kt.DEFAULT.verify, block_v=bv))
 
 
 def sync():
@@ -92,14 +99,14 @@ def bits(x):
     return x.view({2: torch.int16, 4: torch.int32}[x.element_size()])
 
 
-def check_mode(mode, B, HV, lb):
+def check_mode(mode, B, HV, lb, tuning=None):
     """Run one mode on fresh poisoned buffers; return its error metrics and a pass flag."""
     s = make_set(B, HV, seed=11)
     if B > 1:
         s["cache_indices"][0] = -1  # one padded sequence
     keep = {n: s[n].clone() for n in ("ssm", "conv_pool")}
     ref = cases.reference_verify(ref_mod, s, T, H, HV, K, V, lb)
-    o = runner(mode, s, B, HV, lb)().reshape(B * T, HV, V)
+    o = runner(mode, s, B, HV, lb, tuning)().reshape(B * T, HV, V)
     sync()
     valid = (~ref["pad"]).nonzero().flatten()
     slots, lines = s["cache_indices"][valid].long(), s["inter_indices"][valid].long()
@@ -129,11 +136,11 @@ def check_mode(mode, B, HV, lb):
     return m, ok
 
 
-def check_ring_bits(B, HV, lb):
+def check_ring_bits(B, HV, lb, tuning=None):
     sets = {}
     for mode in cases.RING_MODES:
         sets[mode] = make_set(B, HV, seed=7)
-        runner(mode, sets[mode], B, HV, lb)()
+        runner(mode, sets[mode], B, HV, lb, tuning)()
     sync()
     a, b = sets[cases.UNFUSED_RING], sets[cases.FUSED_RING]
     return {n: torch.equal(bits(a[n]), bits(b[n])) for n in (*cases.RING_NAMES, "win_pool")}
@@ -160,9 +167,9 @@ def bench(fns, iters):
     return start.elapsed_time(end) * 1e3 / (iters * len(fns))
 
 
-def time_mode(mode, sets, B, HV, lb, iters):
-    seed = bench([runner(mode, sets[0], B, HV, lb)] * 10, iters)
-    cold = bench([runner(mode, s, B, HV, lb) for s in sets], max(5, iters // 4))
+def time_mode(mode, sets, B, HV, lb, iters, tuning=None):
+    seed = bench([runner(mode, sets[0], B, HV, lb, tuning)] * 10, iters)
+    cold = bench([runner(mode, s, B, HV, lb, tuning) for s in sets], max(5, iters // 4))
     return seed, cold
 
 
@@ -268,51 +275,47 @@ def main():
             torch.cuda.empty_cache()
     log(f"  ({time.time() - t_start:.0f} s)")
 
-    log("\n== KDA_VERIFY_BLOCK_V sweep, fused modes, us seed / cold (default = table)")
-    default_bv = fused_mod.KDA_VERIFY_BLOCK_V
+    log("\n== BLOCK_V sweep, fused modes, us seed / cold (default = table)")
     bvs = (None, 2, 4, 8, 16, 32)
     log(
         f"{'HV':>3} {'gate':>4} {'B':>3} {'mode':>10} "
         + "".join(f"{str(bv or 'table'):>19}" for bv in bvs)
     )
-    try:
-        for HV in args.hv_heads:
-            for B in args.sweep_batch_sizes:
-                if time.time() - t_start > args.budget_s:
-                    log(f"  sweep HV={HV} B={B} skipped: past --budget-s {args.budget_s}")
-                    continue
-                sets = cold_sets(B, HV, 200)
-                for gname, lb in GATES.items():
-                    for mode in (cases.FUSED, cases.FUSED_RING):
-                        cells = []
-                        for bv in bvs:
-                            fused_mod.KDA_VERIFY_BLOCK_V = bv
-                            r = safe(
-                                f"sweep {mode} bv={bv} HV={HV} {gname} B={B}",
-                                lambda: time_mode(mode, sets, B, HV, lb, args.iters // 2),
-                                errors,
-                            )
-                            if r is not None:
-                                result["sweep"].append(
-                                    dict(
-                                        HV=HV,
-                                        gate=gname,
-                                        B=B,
-                                        mode=mode,
-                                        block_v=bv,
-                                        seed_us=r[0],
-                                        cold_us=r[1],
-                                    )
-                                )
-                            cells.append("error" if r is None else f"{r[0]:7.2f} /{r[1]:7.2f}")
-                        log(
-                            f"{HV:>3} {gname:>4} {B:>3} {mode:>10} "
-                            + "".join(f"{c:>19}" for c in cells)
+    for HV in args.hv_heads:
+        for B in args.sweep_batch_sizes:
+            if time.time() - t_start > args.budget_s:
+                log(f"  sweep HV={HV} B={B} skipped: past --budget-s {args.budget_s}")
+                continue
+            sets = cold_sets(B, HV, 200)
+            for gname, lb in GATES.items():
+                for mode in (cases.FUSED, cases.FUSED_RING):
+                    cells = []
+                    for bv in bvs:
+                        tn = None if bv is None else block_v_tuning(bv)
+                        r = safe(
+                            f"sweep {mode} bv={bv} HV={HV} {gname} B={B}",
+                            lambda: time_mode(mode, sets, B, HV, lb, args.iters // 2, tn),
+                            errors,
                         )
-                sets = None  # free this batch size's buffers
-                torch.cuda.empty_cache()
-    finally:
-        fused_mod.KDA_VERIFY_BLOCK_V = default_bv
+                        if r is not None:
+                            result["sweep"].append(
+                                dict(
+                                    HV=HV,
+                                    gate=gname,
+                                    B=B,
+                                    mode=mode,
+                                    block_v=bv,
+                                    seed_us=r[0],
+                                    cold_us=r[1],
+                                )
+                            )
+                        cells.append("error" if r is None else f"{r[0]:7.2f} /{r[1]:7.2f}")
+                    log(
+                        f"{HV:>3} {gname:>4} {B:>3} {mode:>10} "
+                        + "".join(f"{c:>19}" for c in cells)
+                    )
+            sets = None  # free this batch size's buffers
+            torch.cuda.empty_cache()
     log(f"\ntotal {time.time() - t_start:.0f} s, {len(errors)} errors")
     with open(os.path.join(args.out, "kda_check.json"), "w") as f:
         json.dump(result, f, indent=1)

@@ -1,14 +1,14 @@
 """Compile the KDA verify kernels for an H200 (sm_90) without a GPU: registers, spills, smem.
 
     .venv/bin/python -m tools.dev.compile_kda_sm90 [--modes fused ...] [--block-v 4 16]
-        [--warps 1 4] [--sub-v 0 32] [--stages 1 2] [--state-first auto on off] [--key-chunk 16]
+        [--warps 1 4] [--sub-v 0 32] [--stages 1 2] [--key-chunk 16]
         [--maxnreg 168] [--prefetch] [--project auto] [--norm-row auto] [--sass]
-        (sub-v 0: the whole BLOCK_V in one piece; state-first: the fused kernel's work order;
-        key-chunk: common.STATE_KEY_CHUNK, the key chunk width of the state tiles;
-        maxnreg: the register cap of both recurrence kernels; prefetch: the fused kernel's
-        double-buffered sub-tile loop; project: both kernels' PROJECT knobs, auto = the
-        table's; norm-row: common.NORM_ROW, auto = the table's; sass: also count the SASS
-        instructions, barriers, lane shuffles and special-function ops of each kernel)
+        (sub-v 0: the whole BLOCK_V in one piece; key-chunk: the key chunk width of the
+        state tiles; maxnreg: the register cap of both recurrence kernels; prefetch: the
+        fused kernel's double-buffered sub-tile loop; project: both kernels' projected form,
+        auto = the table's; norm-row: the q/k norms summed as rows, auto = the table's; sass:
+        also count the SASS instructions, barriers, lane shuffles and special-function ops of
+        each kernel; every choice is passed as the wrappers' `tuning=`)
 
 Every call goes through the public wrappers with CPU tensors (bf16 inputs, the seed's
 shape), as the benchmark calls them; a stand-in driver reports an sm_90 target, and each
@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 
 import torch
 import triton
@@ -119,13 +120,12 @@ def main():
     ap.add_argument("--warps", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--sub-v", type=int, nargs="+", default=[0])
     ap.add_argument("--stages", type=int, nargs="+", default=[1])
-    ap.add_argument("--state-first", nargs="+", default=["auto"], choices=["auto", "on", "off"])
     ap.add_argument("--key-chunk", type=int, default=None, help="default: the module's")
-    ap.add_argument("--snap-cache", default="", help="common.SNAPSHOT_CACHE_MODIFIER")
+    ap.add_argument("--snap-cache", default="", help="snapshot_cache_modifier of both kernels")
     ap.add_argument("--hv", type=int, default=8)
     ap.add_argument("--safe-gate", action="store_true")
     ap.add_argument("--maxnreg", type=int, default=None, help="register cap of both kernels")
-    ap.add_argument("--prefetch", action="store_true", help="fused_verify.KDA_VERIFY_PREFETCH")
+    ap.add_argument("--prefetch", action="store_true", help="the fused kernel's prefetch")
     ap.add_argument("--project", default="auto", choices=["auto", "on", "off"])
     ap.add_argument("--sass", action="store_true", help="also count SASS, BAR, SHFL, MUFU")
     ap.add_argument("--norm-row", default="auto", choices=["auto", "on", "off"])
@@ -133,23 +133,23 @@ def main():
 
     triton.runtime.driver.set_active(_Sm90Driver())
     from tools import gpu_check_kda as chk  # noqa: I001  (imports kernels without the interpreter)
-    import kernels.kda.common as common
     import kernels.kda.conv as conv_mod
     import kernels.kda.fused_verify as fused_mod
     import kernels.kda.recurrent as rec_mod
+    import kernels.kda.tuning as kt
 
     os.environ["TRITON_INTERPRET"] = (
         "1"  # lets the wrappers accept CPU tensors; kernels stay compiled
     )
     chk.DEV, chk.DT = "cpu", torch.bfloat16
-    common.SNAPSHOT_CACHE_MODIFIER = args.snap_cache
-    if args.key_chunk is not None:
-        common.STATE_KEY_CHUNK = args.key_chunk
-    fused_mod.KDA_VERIFY_MAXNREG = rec_mod.RECURRENT_MAXNREG = args.maxnreg
-    fused_mod.KDA_VERIFY_PREFETCH = args.prefetch
-    project = {"auto": None, "on": True, "off": False}[args.project]
-    fused_mod.KDA_VERIFY_PROJECT = rec_mod.RECURRENT_PROJECT = project
-    common.NORM_ROW = {"auto": None, "on": True, "off": False}[args.norm_row]
+    flag = {"auto": None, "on": True, "off": False}
+    base = dict(
+        snapshot_cache_modifier=args.snap_cache,
+        key_chunk=args.key_chunk,
+        maxnreg=args.maxnreg,
+        project=flag[args.project],
+        norm_row=flag[args.norm_row],
+    )
     compiled = []
     for mod, name in (
         (fused_mod, "_fused_verify_kernel"),
@@ -167,22 +167,20 @@ def main():
     print(fmt.format(*head))
     n_err = n_spill = 0
     tiles = tile_grid(args.block_v, args.sub_v, args.stages, args.warps)
-    orders = {"auto": None, "on": True, "off": False}
     first = tiles[0] if tiles else None
-    for mode, order in ((m, o) for m in args.modes for o in args.state_first):
-        fused_mod.KDA_VERIFY_STATE_FIRST = orders[order]
-        if not mode.startswith("fused") and order != args.state_first[0]:
-            continue  # the recurrent kernel has one order
+    order = "auto"
+    for mode in args.modes:
         for bv, sub, st, nw in tiles:
-            fused_mod.KDA_VERIFY_BLOCK_V = rec_mod.RECURRENT_BLOCK_V = bv
-            fused_mod.KDA_VERIFY_SUB_V = rec_mod.RECURRENT_SUB_V = sub or None
-            fused_mod.KDA_VERIFY_STAGES = rec_mod.RECURRENT_STAGES = st
-            fused_mod.KDA_VERIFY_NUM_WARPS = rec_mod.RECURRENT_NUM_WARPS = nw
+            fields = dict(base, block_v=bv, sub_v=sub or None, stages=st, num_warps=nw)
+            tuning = kt.KdaTuning(
+                verify=replace(kt.DEFAULT.verify, prefetch=args.prefetch, **fields),
+                recurrent=replace(kt.DEFAULT.recurrent, **fields),
+            )
             compiled.clear()
             t0 = time.time()
             tag = f"{mode:>13} {bv:>3} {sub or bv:>3} {st:>2} {nw:>5} {order}"
             try:
-                chk.runner(mode, s, B, args.hv, lb)()
+                chk.runner(mode, s, B, args.hv, lb, tuning=tuning)()
             except Exception as e:  # report and go on
                 n_err += 1
                 print(f"{tag}  COMPILE ERROR {e!r}"[:400])

@@ -41,7 +41,7 @@ from tools import gpu_check_kda as chk  # first: puts src/ on the path
 
 # isort: split
 from kernels.kda import causal_conv1d_update, fused_sigmoid_gating_delta_rule_update
-from kernels.kda.common import _key_sum, _key_vec, _tile_ptrs
+from kernels.kda.step import _key_sum, _key_vec, _tile_ptrs
 
 H, K, V, T, HV = chk.H, chk.K, chk.V, chk.T, 8
 

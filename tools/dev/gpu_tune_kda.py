@@ -6,7 +6,7 @@ Shape: H=8, K=V=128, T=4, W=4, ring length 16 (the seed's). Sections, each logge
 short table and all written to DIR/kda_tune.json and DIR/kda_tune.txt:
   1. correctness of the four modes against kernels.kda.reference and bitwise equal rings
      (fused+ring vs unfused+ring) at B in {1, 4, 64}, HV in {8, 16}, both gates, with the
-     default tiles (common.BLOCK_V_TABLE);
+     default tiles (kernels.kda.tuning.DEFAULT);
   2. us per call (CUDA graph of 10 calls; "seed" replays one buffer set, "cold" rotates
      over disjoint sets) of each mode at B in 1..64 with the default tiles, and the GQA
      (HV=16) and safe-gate cost per state byte relative to the standard shape;
@@ -15,19 +15,21 @@ short table and all written to DIR/kda_tune.json and DIR/kda_tune.txt:
      the fused kernel for the fused ones; --sweep-modes) at B in {1, 4, 16, 64},
      cold timings; every tile is first checked for correctness and ring bytes (B=4, HV=8,
      standard gate; the CPU tests cover the GQA ownership rules at every BLOCK_V). Prints
-     the best tile per (mode, B) and a BLOCK_V_TABLE to paste into common.py; then the
-     conv kernel's BLOCK_D x warps at B in {1, 64};
+     the best tile per (mode, B) and the `tiles` rows to paste into kernels/kda/tuning.py;
+     then the conv kernel's BLOCK_D x warps at B in {1, 64};
   4. section 2's table again with the suggested tiles, if time is left.
 The time budget (--budget-s) skips what is left of sections 3 and 4 once spent.
---key-chunk N runs everything with common.STATE_KEY_CHUNK = N (the width of the key
-chunks of the recurrences' state tiles; 128 = the plain tile); --skip-timings leaves out
-section 2; --snap-cache M sets common.SNAPSHOT_CACHE_MODIFIER (the snapshot stores').
+--key-chunk N runs everything with key_chunk = N (the width of the key chunks of the
+recurrences' state tiles; 128 = the plain tile); --skip-timings leaves out section 2;
+--snap-cache M sets snapshot_cache_modifier (the snapshot stores'). Every choice reaches
+the kernels as the wrappers' `tuning=` (a kernels.kda.tuning.KdaTuning).
 Reuses the inputs, calls, checks and timer of tools/gpu_check_kda.py. `--cpu-smoke` runs
 the whole script at a tiny fp32 shape under the Triton interpreter, with one plain call
 in place of each timing (it checks the script, not the speed).
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -37,10 +39,8 @@ import torch
 from tools import gpu_check_kda as chk  # first: puts src/ on the path, reads --cpu-smoke
 
 # isort: split
-import kernels.kda.common as common
 import kernels.kda.conv as conv_mod
-import kernels.kda.fused_verify as fused_mod
-import kernels.kda.recurrent as rec_mod
+import kernels.kda.tuning as kt
 from tools.dev.compile_kda_sm90 import tile_grid
 
 MODES = chk.MODES
@@ -48,21 +48,28 @@ HV_STD, HV_GQA = 8, 16  # value heads of the standard and the GQA shape
 log = chk.log
 
 
-def set_tile(mode, bv, nw, sub=None, stages=None):
-    """Force (BLOCK_V, num_warps, SUB_V, stages) of the kernel that `mode` tunes; all None =
-    the table; sub None walks the BLOCK_V rows in one piece."""
-    fused = mode.startswith("fused")
-    mod, prefix = (fused_mod, "KDA_VERIFY_") if fused else (rec_mod, "RECURRENT_")
-    for name, value in (("BLOCK_V", bv), ("NUM_WARPS", nw), ("SUB_V", sub), ("STAGES", stages)):
-        setattr(mod, prefix + name, value)
+def run_tuning(key_chunk, snap_cache, tables=None, **tile):
+    """The KdaTuning of the run: both recurrence kernels with `key_chunk`, `snap_cache` and
+    the forced `tile` fields (block_v, num_warps, sub_v, stages; none = the table's);
+    `tables`: {mode: tiles rows} replacing the default rows of those modes."""
+    parts = {}
+    for part, modes in (
+        ("verify", ("fused", "fused+ring")),
+        ("recurrent", ("unfused", "unfused+ring")),
+    ):
+        tn = getattr(kt.DEFAULT, part)
+        mt = {}
+        for field, mode in zip(("snapshot", "ring"), modes, strict=True):
+            mt[field] = getattr(tn, field)
+            if tables and mode in tables:
+                mt[field] = dataclasses.replace(mt[field], tiles=tuple(tables[mode]))
+        parts[part] = dataclasses.replace(
+            tn, key_chunk=key_chunk, snapshot_cache_modifier=snap_cache, **mt, **tile
+        )
+    return kt.KdaTuning(**parts)
 
 
-def reset_tiles():
-    for mode in ("fused", "unfused"):
-        set_tile(mode, None, None)
-
-
-def correctness(result, batch_sizes, hv_heads, tag, gates=None):
+def correctness(result, batch_sizes, hv_heads, tag, tuning, gates=None):
     """Section 1 (and the per-tile checks of section 3): modes vs reference, ring bytes."""
     n_ok = n_all = n_rb = n_rb_all = 0
     errors = result["errors"]
@@ -72,7 +79,7 @@ def correctness(result, batch_sizes, hv_heads, tag, gates=None):
                 for mode in MODES:
                     r = chk.safe(
                         f"{tag} check {mode} HV={HV} {gname} B={B}",
-                        lambda: chk.check_mode(mode, B, HV, lb),
+                        lambda: chk.check_mode(mode, B, HV, lb, tuning),
                         errors,
                     )
                     n_all += 1
@@ -86,7 +93,7 @@ def correctness(result, batch_sizes, hv_heads, tag, gates=None):
                             log(f"  FAIL {tag} {mode} HV={HV} {gname} B={B}: {m}")
                 rb = chk.safe(
                     f"{tag} ring bits HV={HV} {gname} B={B}",
-                    lambda: chk.check_ring_bits(B, HV, lb),
+                    lambda: chk.check_ring_bits(B, HV, lb, tuning),
                     errors,
                 )
                 n_rb_all += 1
@@ -98,7 +105,7 @@ def correctness(result, batch_sizes, hv_heads, tag, gates=None):
     return n_ok, n_all, n_rb, n_rb_all
 
 
-def timing_table(result, key, batch_sizes, iters, deadline):
+def timing_table(result, key, batch_sizes, iters, deadline, tuning):
     """Sections 2 and 4: seed / cold us per call of every mode, std gate, HV=8; plus HV=16
     and the safe gate at a few batch sizes for the per-state-byte ratios."""
     log(f"{'HV':>3} {'gate':>4} {'B':>3} " + "".join(f"{m:>20}" for m in MODES))
@@ -115,7 +122,7 @@ def timing_table(result, key, batch_sizes, iters, deadline):
         for mode in MODES:
             r = chk.safe(
                 f"{key} {mode} HV={HV} {gname} B={B}",
-                lambda: chk.time_mode(mode, sets, B, HV, chk.GATES[gname], iters),
+                lambda: chk.time_mode(mode, sets, B, HV, chk.GATES[gname], iters, tuning),
                 result["errors"],
             )
             if r is not None:
@@ -162,12 +169,13 @@ def sweep(result, args, deadline):
         if time.time() > deadline:
             log(f"  sweep: tiles from BV={bv} SUB={sub} st={st} nw={nw} on skipped (budget)")
             break
-        for mode in MODES:
-            set_tile(mode, bv, nw, sub or None, st)
+        tn = run_tuning(
+            args.key_chunk, args.snap_cache, block_v=bv, num_warps=nw, sub_v=sub or None, stages=st
+        )
         tag = f"tile{bv}/{sub or bv}/{st}x{nw}"
         # Same shape and gate as the timings below, so that no extra kernels are compiled.
         n_ok, n_all, n_rb, n_rb_all = correctness(
-            result, args.check_b[1:2] or args.check_b, [HV_STD], tag, {"std": None}
+            result, args.check_b[1:2] or args.check_b, [HV_STD], tag, tn, {"std": None}
         )
         if (n_ok, n_rb) != (n_all, n_rb_all):
             log(f"  {tag}: {n_ok}/{n_all} modes ok, {n_rb}/{n_rb_all} ring bits ok")
@@ -177,7 +185,8 @@ def sweep(result, args, deadline):
                 r = chk.safe(
                     f"sweep {mode} {tag} B={B}",
                     lambda: chk.bench(
-                        [chk.runner(mode, s, B, HV_STD, None) for s in sets[B]], args.iters // 2
+                        [chk.runner(mode, s, B, HV_STD, None, tn) for s in sets[B]],
+                        args.iters // 2,
                     ),
                     result["errors"],
                 )
@@ -190,7 +199,6 @@ def sweep(result, args, deadline):
                     )  # fmt: skip
                 cells.append("error" if r is None else f"{r:9.2f}")
             log(f"{mode:>13} {bv:>3} {sub or bv:>3} {st:>2} {nw:>2} " + "".join(cells))
-        reset_tiles()
     sets = None
     torch.cuda.empty_cache()
 
@@ -230,41 +238,37 @@ def best_tiles(result, sweep_b):
 
 def conv_sweep(result, args, deadline):
     """The conv kernel's BLOCK_D x warps, timed alone (unfused+ring's first kernel)."""
-    d0, w0 = conv_mod.BLOCK_D, conv_mod.CONV_NUM_WARPS
     b_lo, b_hi = args.sweep_b[0], args.sweep_b[-1]
     cols = f"{'B=' + str(b_lo):>9} {'B=' + str(b_hi):>9}"
     log(f"{'BLOCK_D':>7} {'warps':>5} {cols}   (conv alone, cold us)")
-    try:
-        for bd in (128, 256, 512):
-            for nw in (1, 2, 4):
-                if time.time() > deadline:
-                    log("  conv sweep: rest skipped (budget)")
-                    return
-                conv_mod.BLOCK_D, conv_mod.CONV_NUM_WARPS = bd, nw
-                cells = []
-                for B in (b_lo, b_hi):
-                    sets = chk.cold_sets(B, HV_STD, 300)
-                    fns = [conv_call(s, B) for s in sets]
-                    r = chk.safe(
-                        f"conv BLOCK_D={bd} nw={nw} B={B}",
-                        lambda: chk.bench(fns, 10),
-                        result["errors"],
-                    )
-                    if r is not None:
-                        result["conv_sweep"].append(dict(B=B, block_d=bd, num_warps=nw, cold_us=r))
-                    cells.append("error" if r is None else f"{r:9.2f}")
-                log(f"{bd:>7} {nw:>5} " + "".join(cells))
-    finally:
-        conv_mod.BLOCK_D, conv_mod.CONV_NUM_WARPS = d0, w0
+    for bd in (128, 256, 512):
+        for nw in (1, 2, 4):
+            if time.time() > deadline:
+                log("  conv sweep: rest skipped (budget)")
+                return
+            conv = kt.ConvTuning(block_d=bd, num_warps=nw)
+            cells = []
+            for B in (b_lo, b_hi):
+                sets = chk.cold_sets(B, HV_STD, 300)
+                fns = [conv_call(s, B, conv) for s in sets]
+                r = chk.safe(
+                    f"conv BLOCK_D={bd} nw={nw} B={B}",
+                    lambda: chk.bench(fns, 10),
+                    result["errors"],
+                )
+                if r is not None:
+                    result["conv_sweep"].append(dict(B=B, block_d=bd, num_warps=nw, cold_us=r))
+                cells.append("error" if r is None else f"{r:9.2f}")
+            log(f"{bd:>7} {nw:>5} " + "".join(cells))
 
 
-def conv_call(s, B):
+def conv_call(s, B, tuning):
     dim = s["mixed"].shape[1]
     x3 = s["mixed"].reshape(B, chk.T, dim).transpose(1, 2)
     return lambda: conv_mod.causal_conv1d_update(
         x3, s["conv_pool"].transpose(-1, -2), s["w"], s["bias"], activation="silu",
         conv_state_indices=s["cache_indices"], intermediate_state_indices=s["inter_indices"],
-        intermediate_conv_window=s["win_pool"].transpose(-1, -2),
+        intermediate_conv_window=s["win_pool"].transpose(-1, -2), tuning=tuning,
     )  # fmt: skip
 
 
@@ -300,14 +304,14 @@ def main():
     ap.add_argument(
         "--key-chunk",
         type=int,
-        default=common.STATE_KEY_CHUNK,
-        help="common.STATE_KEY_CHUNK for the whole run (key chunk width of the state "
-        "tiles; default: common.KEY_CHUNK_TABLE by mode and batch)",
+        default=None,
+        help="key_chunk for the whole run (key chunk width of the state tiles; default: "
+        "the key_chunks tables by mode and batch)",
     )
     ap.add_argument(
         "--snap-cache",
-        default=common.SNAPSHOT_CACHE_MODIFIER,
-        help="common.SNAPSHOT_CACHE_MODIFIER for the whole run (snapshot stores)",
+        default=kt.DEFAULT.verify.snapshot_cache_modifier,
+        help="snapshot_cache_modifier for the whole run (snapshot stores)",
     )
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--budget-s", type=float, default=225)
@@ -316,8 +320,7 @@ def main():
     if args.cpu_smoke:
         cpu_smoke(args)
     os.makedirs(args.out, exist_ok=True)
-    common.STATE_KEY_CHUNK = args.key_chunk
-    common.SNAPSHOT_CACHE_MODIFIER = args.snap_cache
+    base = run_tuning(args.key_chunk, args.snap_cache)
     t0 = time.time()
     deadline = t0 + args.budget_s
     import triton
@@ -337,11 +340,17 @@ def main():
         "errors",
     ):
         result[k] = []
-    result["default_table"] = {k: list(v) for k, v in common.BLOCK_V_TABLE.items()}
+    result["default_table"] = {
+        mode: list(getattr(kt.DEFAULT, part).tables(ring).tiles)
+        for mode, part, ring in (
+            ("fused", "verify", False), ("fused+ring", "verify", True),
+            ("unfused", "recurrent", False), ("unfused+ring", "recurrent", True),
+        )
+    }  # fmt: skip
     result["state_key_chunk"] = args.key_chunk
     log(
         f"{result['device']}  torch {torch.__version__}  triton {triton.__version__}  "
-        f"STATE_KEY_CHUNK={args.key_chunk} SNAPSHOT_CACHE_MODIFIER={args.snap_cache!r}"
+        f"key_chunk={args.key_chunk} snapshot_cache_modifier={args.snap_cache!r}"
     )
 
     def save():
@@ -352,13 +361,15 @@ def main():
 
     try:
         log("\n== 1. correctness (bf16, default tiles) and ring bytes")
-        n_ok, n_all, n_rb, n_rb_all = correctness(result, args.check_b, [HV_STD, HV_GQA], "default")
+        n_ok, n_all, n_rb, n_rb_all = correctness(
+            result, args.check_b, [HV_STD, HV_GQA], "default", base
+        )
         log(f"  modes ok: {n_ok}/{n_all}; ring bitwise ok: {n_rb}/{n_rb_all}")
         log(f"  ({time.time() - t0:.0f} s)")
 
         if not args.skip_timings:
             log("\n== 2. us per call, seed / cold, default tiles")
-            timing_table(result, "timings", args.batch_sizes, args.iters, deadline)
+            timing_table(result, "timings", args.batch_sizes, args.iters, deadline, base)
             log(f"  ({time.time() - t0:.0f} s)")
         save()
 
@@ -367,7 +378,7 @@ def main():
         log("\n  best tile per (mode, B) as BV/SUB/stages x warps, us:")
         table = best_tiles(result, args.sweep_b)
         result["suggested_table"] = {k: list(v) for k, v in table.items()}
-        log("  suggested common.BLOCK_V_TABLE = {")
+        log("  suggested tiles rows (kernels/kda/tuning.py) = {")
         for mode, rows in table.items():
             log(f'      "{mode}": {rows},')
         log("  }")
@@ -377,14 +388,11 @@ def main():
 
         if len(table) == len(MODES):
             log("\n== 4. us per call, seed / cold, suggested tiles")
-            saved = common.BLOCK_V_TABLE
-            common.BLOCK_V_TABLE = table
-            try:
-                timing_table(result, "timings_tuned", args.batch_sizes, args.iters, deadline + 10)
-            finally:
-                common.BLOCK_V_TABLE = saved
+            tuned = run_tuning(args.key_chunk, args.snap_cache, tables=table)
+            timing_table(
+                result, "timings_tuned", args.batch_sizes, args.iters, deadline + 10, tuned
+            )
     finally:
-        reset_tiles()
         log(f"\ntotal {time.time() - t0:.0f} s, {len(result['errors'])} errors")
         save()
 

@@ -11,20 +11,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (
-    FLOAT_DTYPES,
-    _conv_out,
-    _load_rows,
-    _pool_line,
-    _store_windows,
-    check_devices,
-    check_index,
-    check_tensor,
-)
-
-# Channels per program and warps, read at every call.
-BLOCK_D = 256
-CONV_NUM_WARPS = 4
+from . import tuning as _tuning
+from .checks import FLOAT_DTYPES, check_devices, check_index, check_tensor
+from .step import _conv_out, _load_rows, _pool_line, _store_windows
 
 
 @triton.jit
@@ -108,6 +97,8 @@ def causal_conv1d_update(
     intermediate_conv_window=None,
     intermediate_state_indices=None,
     cache_seqlens=None,
+    *,
+    tuning=None,
 ):
     """Causal depthwise conv1d over T new tokens per sequence, continuing from `conv_state`.
 
@@ -128,6 +119,7 @@ def causal_conv1d_update(
         intermediate_state_indices: [B] int32/int64, required with a window buffer;
             outside 0..lines-1 of the window buffer = padded sequence (as above).
         cache_seqlens: must be None (circular conv states are not supported).
+        tuning: a `tuning.ConvTuning` (or a `tuning.KdaTuning`); None = tuning.DEFAULT.
 
     Returns:
         out shaped and strided like x (x's dtype): out[n, c, t] = act(bias[c] +
@@ -187,10 +179,11 @@ def causal_conv1d_update(
         }
     )
 
+    tn = _tuning.resolve(tuning, _tuning.ConvTuning, "conv")
     out3 = torch.empty_like(x3)
     win = window if window is not None else out3.new_empty(1, 1, 1, 1)
     win_idx = intermediate_state_indices if window is not None else conv_state_indices
-    grid = (B, triton.cdiv(dim, BLOCK_D))
+    grid = (B, triton.cdiv(dim, tn.block_d))
     _causal_conv1d_update_kernel[grid](
         x3,
         conv_state,
@@ -210,10 +203,10 @@ def causal_conv1d_update(
         *win.stride(),
         T=T,
         W=W,
-        BLOCK_D=BLOCK_D,
+        BLOCK_D=tn.block_d,
         HAS_BIAS=bias is not None,
         SILU=activation is not None,
         WINDOW=window is not None,
-        num_warps=CONV_NUM_WARPS,
+        num_warps=tn.num_warps,
     )
     return out3.squeeze(-1) if x.dim() == 2 else out3

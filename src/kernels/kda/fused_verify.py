@@ -8,20 +8,37 @@ steps. The sub-tiles are independent (a state row only meets its own value chann
 the loop is software-pipelined: the next sub-tile's state and inputs load while this one
 computes. Every conv output is rounded to the input dtype exactly where the unfused conv
 kernel stores it; the conv, gate and beta math comes from the `@triton.jit` helpers in
-`common`, shared with the unfused kernels, so the ring bytes match those of the unfused
+`step`, shared with the unfused kernels, so the ring bytes match those of the unfused
 path exactly.
 
 Ownership of the shared writes (each byte written once): the q/k conv windows and rawk
 by the first V tile of the first value head of each q/k group; g and beta by the first
 V tile of each value head; v windows, rawv, snapshots and o by every tile for its slice.
+
+Tuning: the wrapper's `tuning=` (a `tuning.VerifyTuning`; None = `tuning.DEFAULT`). The one
+compatibility override is the module attribute `KDA_VERIFY_BLOCK_V`: read at every call, an
+int (a power of two) forces the value tile BLOCK_V over `tuning` (a ValueError naming it
+otherwise), None leaves the tile to `tuning`. Scripts written against the original kernels
+sweep the tile by setting it.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from .common import (
+from . import tuning as _tuning
+from .checks import (
     FLOAT_DTYPES,
+    check_devices,
+    check_heads,
+    check_index,
+    check_lower_bound,
+    check_state_and_saves,
+    check_tensor,
+    save_args,
+    tokens_view,
+)
+from .step import (
     _conv_out,
     _load_rows,
     _pool_line,
@@ -31,56 +48,12 @@ from .common import (
     _tile_ptrs,
     _tile_rows,
     _verify_steps,
-    check_devices,
-    check_heads,
-    check_index,
-    check_lower_bound,
-    check_state_and_saves,
-    check_tensor,
-    key_chunk,
-    maxnreg_kwargs,
-    norm_row_flag,
-    pick_tile,
-    project_flag,
-    save_args,
-    snapshot_cache_modifier,
-    table_maxnreg,
-    tokens_view,
 )
 
-# Tile of the fused kernel, read at every call: None picks from common.BLOCK_V_TABLE by
-# mode ("fused" / "fused+ring") and batch; an int forces it (see common.pick_tile).
+# The one module-level override, kept for scripts that sweep the value tile by setting it
+# (`fused_verify.KDA_VERIFY_BLOCK_V = bv`): read at every call; an int forces BLOCK_V (a
+# power of two, in place of tuning.block_v), None leaves the tile to `tuning`.
 KDA_VERIFY_BLOCK_V = None
-KDA_VERIFY_SUB_V = None
-KDA_VERIFY_NUM_WARPS = None
-KDA_VERIFY_STAGES = None
-# Register cap per thread (ptxas maxnreg) of the kernel, read at every call: None = the
-# table's cap for the mode and batch (common.MAXNREG_TABLE; none now), an int forces it.
-KDA_VERIFY_MAXNREG = None
-# Order of a one-piece tile's work (see the kernel, step 4): None = state first for
-# batches up to STATE_FIRST_MAX_B; a bool forces it. v5 measured state first better at B=1
-# (worse at B=16 and 64), but on a timing whose ten buffer sets stayed in L2 at small
-# batches; truly cold (v13), the other order was faster on the table's tiles at B = 1, 2
-# and 4 (fused B=1: 5.04 vs 5.62 us, B=4: 7.15 vs 7.58; fused+ring B=1: 5.08 vs 5.84, B=2:
-# 5.61 vs 6.32), so no batch takes it now.
-KDA_VERIFY_STATE_FIRST = None
-STATE_FIRST_MAX_B = 0
-# Otherwise, whether the first sub-tile's loads go out ahead of the q/k stores (see the
-# kernel, step 4), read at every call. Measured on the H200 (docs/perf/kda.md, v9; cold
-# us, one process, interleaved): fused 15.50 -> 14.33 and fused+ring 10.11 -> 9.28 at
-# B=16, 56.56 -> 55.80 and 26.80 -> 26.55 at B=64.
-KDA_VERIFY_FIRST_AHEAD = True
-# Whether the sub-tile loop loads the next sub-tile's inputs and state rows before this
-# one's steps run (a double buffer in registers: two sub-tiles' state rows live at once),
-# read at every call; implies the first sub-tile's loads ahead. None = on for the snapshot
-# mode at B > 32 (its table tile, 128 rows in 32-row sub-tiles, was timed with it: 53.71
-# vs 54.48 us for v9's 32-row one-piece tiles; without it the same tile took 56.47,
-# docs/perf/kda.md v10), off elsewhere (the ring modes' 64-row sub-tiles spill when two are
-# live); a bool forces it.
-KDA_VERIFY_PREFETCH = None
-# Whether the steps take the projected form (common._projection), read at every call:
-# None = common.PROJECT_TABLE by mode and batch; a bool forces it.
-KDA_VERIFY_PROJECT = None
 
 
 @triton.jit
@@ -189,8 +162,6 @@ def _fused_verify_kernel(
     BLOCK_V: tl.constexpr,
     SUB_V: tl.constexpr,
     STAGES: tl.constexpr,
-    STATE_FIRST: tl.constexpr,
-    FIRST_AHEAD: tl.constexpr,
     PREFETCH: tl.constexpr,
     KC: tl.constexpr,
     HAS_BIAS: tl.constexpr,
@@ -250,17 +221,10 @@ def _fused_verify_kernel(
         b_q = b_q + (_conv_out(b_xq, b_wq, b_bq, t, W, True).to(DT),)
         b_k = b_k + (_conv_out(b_xk, b_wk, b_bk, t, W, True).to(DT),)
 
-    # 4. The value rows, in one of two orders (STATE_FIRST, chosen by batch size in the
-    # wrapper). STATE_FIRST (one-piece tiles only): the tile's loads (value channels' inputs,
-    # state rows; zeros for a padded sequence, whose results are never stored) go out
-    # before the per-step gate, beta and norms are computed, whose reductions would hold
-    # them back; the q/k windows and shared ring entries are stored last. Meant to shorten
-    # one program's chain when the GPU is far from full; slower than the other order once
-    # timed with the state truly out of L2, so off by default (docs/perf/kda.md, v13). Otherwise:
-    # windows, per-step inputs and shared ring entries first, then a loop that loads,
-    # computes and saves one sub-tile at a time, which measured faster once the GPU is full;
-    # with FIRST_AHEAD the first sub-tile's loads are issued before those stores (its state
-    # rows then arrive while the per-step inputs are computed; 8% faster at B=16).
+    # 4. The value rows. The first sub-tile's loads go out before anything is stored (a
+    # store would keep them behind it: the pointers might alias), so its state rows arrive
+    # while the q/k work runs; then the q/k windows, the per-step inputs and the shared ring
+    # entries, and a loop that loads, computes and saves one sub-tile at a time.
     p_h0 = h0 + i_slot * s_h0_s + i_hv * s_h0_h
     p_snap = snap + i_line * s_snap_l + i_hv * s_snap_h
     p_win = window + i_line * s_win_l
@@ -272,93 +236,66 @@ def _fused_verify_kernel(
     p_rawk = rawk + i_slot * s_rawk_s + i_h * s_rawk_h
     p_g = ring_g + i_slot * s_g_s + i_hv * s_g_h
     p_beta = ring_beta + i_slot * s_beta_s + i_hv * s_beta_h
-    if STATE_FIRST and SUB_V == BLOCK_V:
-        o_sv = i_v * BLOCK_V + tl.arange(0, SUB_V)
+    o_sv0 = i_v * BLOCK_V + tl.arange(0, SUB_V)
+    b_xv0, b_wv0, b_bv0, b_S0 = _load_v_rows(
+        p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0, s_h0_v,
+        c_v0 + o_sv0, o_sv0, valid, T, W, K, KC, HAS_BIAS,
+    )  # fmt: skip
+    _store_windows(p_win + c_q * s_win_c, s_win_t, s_win_w, b_xq, T, W, m_k & own_k)
+    _store_windows(p_win + c_k * s_win_c, s_win_t, s_win_w, b_xk, T, W, m_k & own_k)
+    b_g, b_beta, b_qs, b_ks, b_pj = _step_inputs(
+        b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, PROJECT,
+        NORM_ROW,
+    )  # fmt: skip
+    if RING:
+        _store_ring_shared(
+            p_rawk, s_rawk_r, p_g, s_g_r, p_beta, s_beta_r, b_k, b_g, b_beta, o_k,
+            m_k & own_k, own_v & valid, T,
+        )  # fmt: skip
+    if PREFETCH:
+        # Double buffer: sub-tile i + 1's loads are issued before sub-tile i's steps, so
+        # a program always has state rows in flight while it computes (the loop is
+        # unrolled: NSUB is at most V / SUB_V).
+        NSUB: tl.constexpr = BLOCK_V // SUB_V
+        b_cur = (b_xv0, b_wv0, b_bv0, b_S0)
+        o_cur = o_sv0
+        for i_s in tl.static_range(NSUB):
+            if i_s + 1 < NSUB:
+                o_nxt = i_v * BLOCK_V + (i_s + 1) * SUB_V + tl.arange(0, SUB_V)
+                b_nxt = _load_v_rows(
+                    p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0,
+                    s_h0_v, c_v0 + o_nxt, o_nxt, valid, T, W, K, KC, HAS_BIAS,
+                )  # fmt: skip
+            _value_steps(
+                b_cur[0], b_cur[1], b_cur[2], b_cur[3], b_qs, b_ks, b_g, b_beta, b_pj, valid,
+                p_win, s_win_c, s_win_t, s_win_w, c_v0 + o_cur, p_o, s_o_n, p_snap,
+                s_snap_t, s_snap_v, p_rawv, s_rawv_r, o_cur, T, W, K, KC, SNAPSHOT, SNAP_CM,
+                RING, PROJECT,
+            )  # fmt: skip
+            if i_s + 1 < NSUB:
+                b_cur = b_nxt
+                o_cur = o_nxt
+    else:
+        _value_steps(
+            b_xv0, b_wv0, b_bv0, b_S0, b_qs, b_ks, b_g, b_beta, b_pj, valid, p_win, s_win_c,
+            s_win_t, s_win_w, c_v0 + o_sv0, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv,
+            s_rawv_r, o_sv0, T, W, K, KC, SNAPSHOT, SNAP_CM, RING, PROJECT,
+        )  # fmt: skip
+    for i_s in tl.range(
+        BLOCK_V // SUB_V if PREFETCH else 1,
+        BLOCK_V // SUB_V,
+        num_stages=STAGES,
+    ):
+        o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
         b_xv, b_wv, b_bv, b_S = _load_v_rows(
             p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0, s_h0_v,
             c_v0 + o_sv, o_sv, valid, T, W, K, KC, HAS_BIAS,
-        )  # fmt: skip
-        b_g, b_beta, b_qs, b_ks, b_pj = _step_inputs(
-            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, PROJECT,
-            NORM_ROW,
         )  # fmt: skip
         _value_steps(
             b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_g, b_beta, b_pj, valid, p_win, s_win_c, s_win_t,
             s_win_w, c_v0 + o_sv, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
             o_sv, T, W, K, KC, SNAPSHOT, SNAP_CM, RING, PROJECT,
         )  # fmt: skip
-        _store_windows(p_win + c_q * s_win_c, s_win_t, s_win_w, b_xq, T, W, m_k & own_k)
-        _store_windows(p_win + c_k * s_win_c, s_win_t, s_win_w, b_xk, T, W, m_k & own_k)
-        if RING:
-            _store_ring_shared(
-                p_rawk, s_rawk_r, p_g, s_g_r, p_beta, s_beta_r, b_k, b_g, b_beta, o_k,
-                m_k & own_k, own_v & valid, T,
-            )  # fmt: skip
-    else:
-        # FIRST_AHEAD: the first sub-tile's loads go out before anything is stored (a store
-        # would keep them behind it: the pointers might alias), so its state rows arrive
-        # while the q/k work runs; the loop then starts at the second sub-tile.
-        if FIRST_AHEAD:
-            o_sv0 = i_v * BLOCK_V + tl.arange(0, SUB_V)
-            b_xv0, b_wv0, b_bv0, b_S0 = _load_v_rows(
-                p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0, s_h0_v,
-                c_v0 + o_sv0, o_sv0, valid, T, W, K, KC, HAS_BIAS,
-            )  # fmt: skip
-        _store_windows(p_win + c_q * s_win_c, s_win_t, s_win_w, b_xq, T, W, m_k & own_k)
-        _store_windows(p_win + c_k * s_win_c, s_win_t, s_win_w, b_xk, T, W, m_k & own_k)
-        b_g, b_beta, b_qs, b_ks, b_pj = _step_inputs(
-            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, PROJECT,
-            NORM_ROW,
-        )  # fmt: skip
-        if RING:
-            _store_ring_shared(
-                p_rawk, s_rawk_r, p_g, s_g_r, p_beta, s_beta_r, b_k, b_g, b_beta, o_k,
-                m_k & own_k, own_v & valid, T,
-            )  # fmt: skip
-        if PREFETCH:
-            # Double buffer: sub-tile i + 1's loads are issued before sub-tile i's steps, so
-            # a program always has state rows in flight while it computes (the loop is
-            # unrolled: NSUB is at most V / SUB_V).
-            NSUB: tl.constexpr = BLOCK_V // SUB_V
-            b_cur = (b_xv0, b_wv0, b_bv0, b_S0)
-            o_cur = o_sv0
-            for i_s in tl.static_range(NSUB):
-                if i_s + 1 < NSUB:
-                    o_nxt = i_v * BLOCK_V + (i_s + 1) * SUB_V + tl.arange(0, SUB_V)
-                    b_nxt = _load_v_rows(
-                        p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0,
-                        s_h0_v, c_v0 + o_nxt, o_nxt, valid, T, W, K, KC, HAS_BIAS,
-                    )  # fmt: skip
-                _value_steps(
-                    b_cur[0], b_cur[1], b_cur[2], b_cur[3], b_qs, b_ks, b_g, b_beta, b_pj, valid,
-                    p_win, s_win_c, s_win_t, s_win_w, c_v0 + o_cur, p_o, s_o_n, p_snap,
-                    s_snap_t, s_snap_v, p_rawv, s_rawv_r, o_cur, T, W, K, KC, SNAPSHOT, SNAP_CM,
-                    RING, PROJECT,
-                )  # fmt: skip
-                if i_s + 1 < NSUB:
-                    b_cur = b_nxt
-                    o_cur = o_nxt
-        elif FIRST_AHEAD:
-            _value_steps(
-                b_xv0, b_wv0, b_bv0, b_S0, b_qs, b_ks, b_g, b_beta, b_pj, valid, p_win, s_win_c,
-                s_win_t, s_win_w, c_v0 + o_sv0, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv,
-                s_rawv_r, o_sv0, T, W, K, KC, SNAPSHOT, SNAP_CM, RING, PROJECT,
-            )  # fmt: skip
-        for i_s in tl.range(
-            BLOCK_V // SUB_V if PREFETCH else (1 if FIRST_AHEAD else 0),
-            BLOCK_V // SUB_V,
-            num_stages=STAGES,
-        ):
-            o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
-            b_xv, b_wv, b_bv, b_S = _load_v_rows(
-                p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0, s_h0_v,
-                c_v0 + o_sv, o_sv, valid, T, W, K, KC, HAS_BIAS,
-            )  # fmt: skip
-            _value_steps(
-                b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_g, b_beta, b_pj, valid, p_win, s_win_c, s_win_t,
-                s_win_w, c_v0 + o_sv, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
-                o_sv, T, W, K, KC, SNAPSHOT, SNAP_CM, RING, PROJECT,
-            )  # fmt: skip
 
 
 def fused_kda_conv_gating_verify(
@@ -388,6 +325,8 @@ def fused_kda_conv_gating_verify(
     replayssm_rawk=None,
     replayssm_g=None,
     replayssm_beta=None,
+    *,
+    tuning=None,
 ):
     """One-kernel KDA chain verify of T draft tokens for each of B sequences.
 
@@ -408,6 +347,8 @@ def fused_kda_conv_gating_verify(
             replayssm_beta [slots, HV, R] (fp32); R a power of two >= 2*T, step t at
             position t of slot cache_indices[n].
         scale: defaults to K**-0.5. lower_bound: None (standard gate) or < 0 (safe gate).
+        tuning: a `tuning.VerifyTuning` (or a `tuning.KdaTuning`); None = tuning.DEFAULT.
+            The module's KDA_VERIFY_BLOCK_V, when set, forces BLOCK_V over it.
 
     Padding: a sequence whose index is outside its pool (negative, or cache_indices >=
     ssm_states.shape[0], conv_state_indices >= conv_state.shape[0],
@@ -489,32 +430,17 @@ def fused_kda_conv_gating_verify(
 
     o = mixed_qkv.new_empty(N, HV, V)
     ptrs, strides = save_args(intermediate_states_buffer, ring, cache_ring, ssm_states, dtype)
-    mode = "fused+ring" if cache_ring else "fused"
-    knobs = dict(
-        BLOCK_V=KDA_VERIFY_BLOCK_V,
-        SUB_V=KDA_VERIFY_SUB_V,
-        NUM_WARPS=KDA_VERIFY_NUM_WARPS,
-        STAGES=KDA_VERIFY_STAGES,
-        prefix="KDA_VERIFY_",
+    tn = _tuning.resolve(tuning, _tuning.VerifyTuning, "verify")
+    ring_mode = bool(cache_ring)
+    BV, SUB, num_warps, stages = _tuning.pick_tile(
+        tn, ring_mode, B, V, K, KDA_VERIFY_BLOCK_V, "KDA_VERIFY_BLOCK_V"
     )
-    BV, SUB, num_warps, stages = pick_tile(mode, knobs, B, V, K)
-    kc = key_chunk(mode, B, K)
-    state_first = KDA_VERIFY_STATE_FIRST
-    if state_first is None:
-        state_first = B <= STATE_FIRST_MAX_B
-    elif not isinstance(state_first, bool):
-        raise ValueError(f"KDA_VERIFY_STATE_FIRST must be None or a bool, got {state_first!r}")
-    first_ahead = KDA_VERIFY_FIRST_AHEAD
-    if not isinstance(first_ahead, bool):
-        raise ValueError(f"KDA_VERIFY_FIRST_AHEAD must be a bool, got {first_ahead!r}")
-    prefetch = KDA_VERIFY_PREFETCH
-    if prefetch is None:
-        prefetch = mode == "fused" and B > 32
-    elif not isinstance(prefetch, bool):
-        raise ValueError(f"KDA_VERIFY_PREFETCH must be None or a bool, got {prefetch!r}")
-    one_piece_first = state_first and SUB == BV  # that order loads first
-    prefetch = prefetch and not one_piece_first
-    first_ahead = (first_ahead or prefetch) and not one_piece_first
+    kc = _tuning.key_chunk(tn, ring_mode, B, K)
+    prefetch = _tuning.prefetch_flag(tn, ring_mode, B)
+    project = _tuning.project_flag(tn, ring_mode, False, B)
+    norm_row = _tuning.norm_row_flag(tn, ring_mode, B)
+    snap_cm = _tuning.snapshot_cache_modifier(tn)
+    maxnreg = _tuning.maxnreg_kwargs(tn)
     n_lines = window.shape[0]
     if intermediate_states_buffer is not None:
         n_lines = min(n_lines, intermediate_states_buffer.shape[0])
@@ -530,18 +456,16 @@ def fused_kda_conv_gating_verify(
         scale,
         0.0 if lower_bound is None else float(lower_bound),
         T=T, W=W, H=H, HV=HV, K=K, V=V, BLOCK_V=BV, SUB_V=SUB, STAGES=stages,
-        STATE_FIRST=state_first,
-        FIRST_AHEAD=first_ahead,
         PREFETCH=prefetch,
         KC=kc,
         HAS_BIAS=conv_bias is not None,
         SAFE_GATE=lower_bound is not None,
-        NORM_ROW=norm_row_flag(mode, B),
+        NORM_ROW=norm_row,
         SNAPSHOT=intermediate_states_buffer is not None,
-        SNAP_CM=snapshot_cache_modifier(),
+        SNAP_CM=snap_cm,
         RING=bool(cache_ring),
-        PROJECT=project_flag(mode, KDA_VERIFY_PROJECT, "KDA_VERIFY_PROJECT", False, B),
+        PROJECT=project,
         num_warps=num_warps,
-        **maxnreg_kwargs("KDA_VERIFY_MAXNREG", KDA_VERIFY_MAXNREG, table_maxnreg(mode, knobs, B)),
+        **maxnreg,
     )  # fmt: skip
     return o

@@ -6,7 +6,7 @@ head's q/k head, the gate and beta of all T steps are loaded and prepared once p
 sub-tiles of SUB_V, each an fp32 state tile [SUB_V, K] kept in registers across the T
 steps. The sub-tiles are independent, so that loop is software-pipelined (the next
 sub-tile's state loads while this one computes). After each step a sub-tile saves either
-its snapshot or its slice of the ring (see `common._verify_steps`); the ring entries
+its snapshot or its slice of the ring (see `step._verify_steps`); the ring entries
 shared by the head are written once, by the first V tile.
 """
 
@@ -14,8 +14,18 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (
+from . import tuning as _tuning
+from .checks import (
     FLOAT_DTYPES,
+    check_devices,
+    check_heads,
+    check_lower_bound,
+    check_state_and_saves,
+    check_tensor,
+    save_args,
+    tokens_view,
+)
+from .step import (
     _load_rows,
     _pool_line,
     _step_inputs,
@@ -23,35 +33,7 @@ from .common import (
     _tile_ptrs,
     _tile_rows,
     _verify_steps,
-    check_devices,
-    check_heads,
-    check_lower_bound,
-    check_state_and_saves,
-    check_tensor,
-    key_chunk,
-    maxnreg_kwargs,
-    norm_row_flag,
-    pick_tile,
-    project_flag,
-    save_args,
-    snapshot_cache_modifier,
-    table_maxnreg,
-    tokens_view,
 )
-
-# Tile of the recurrent kernel, read at every call: None picks from common.BLOCK_V_TABLE
-# (modes "unfused" / "unfused+ring"), an int forces it (see common.pick_tile).
-RECURRENT_BLOCK_V = None
-RECURRENT_SUB_V = None
-RECURRENT_NUM_WARPS = None
-RECURRENT_STAGES = None
-# Register cap per thread (ptxas maxnreg) of the kernel, read at every call: None = the
-# table's cap for the mode and batch (common.MAXNREG_TABLE; none now), an int forces it.
-RECURRENT_MAXNREG = None
-# Whether the steps take the projected form (common._projection), read at every call:
-# None = common.PROJECT_TABLE by mode and batch; a bool forces it (never used when the final
-# state is stored without snapshots).
-RECURRENT_PROJECT = None
 
 
 @triton.jit
@@ -230,6 +212,8 @@ def fused_sigmoid_gating_delta_rule_update(
     replayssm_rawk=None,
     replayssm_g=None,
     replayssm_beta=None,
+    *,
+    tuning=None,
 ):
     """KDA gate + beta + gated delta rule over T tokens of B sequences (chain verify/decode).
 
@@ -245,6 +229,7 @@ def fused_sigmoid_gating_delta_rule_update(
             [slots, HV, R, V] (input dtype), replayssm_g [slots, HV, R, K], replayssm_beta
             [slots, HV, R] (fp32), step t at position t of slot initial_state_indices[n];
             R a power of two >= 2*T.
+        tuning: a `tuning.RecurrentTuning` (or a `tuning.KdaTuning`); None = tuning.DEFAULT.
     Returns:
         o: q.shape[:-2] + (HV, V), q's dtype.
 
@@ -348,16 +333,15 @@ def fused_sigmoid_gating_delta_rule_update(
         if intermediate_states_buffer is not None
         else initial_state_indices
     )
-    mode = "unfused+ring" if cache_ring else "unfused"
-    knobs = dict(
-        BLOCK_V=RECURRENT_BLOCK_V,
-        SUB_V=RECURRENT_SUB_V,
-        NUM_WARPS=RECURRENT_NUM_WARPS,
-        STAGES=RECURRENT_STAGES,
-        prefix="RECURRENT_",
-    )
-    BV, SUB, num_warps, stages = pick_tile(mode, knobs, B, V, K)
-    kc = key_chunk(mode, B, K)
+    tn = _tuning.resolve(tuning, _tuning.RecurrentTuning, "recurrent")
+    ring_mode = bool(cache_ring)
+    BV, SUB, num_warps, stages = _tuning.pick_tile(tn, ring_mode, B, V, K)
+    kc = _tuning.key_chunk(tn, ring_mode, B, K)
+    needs_state = not disable_state_update and intermediate_states_buffer is None
+    project = _tuning.project_flag(tn, ring_mode, needs_state, B)
+    norm_row = _tuning.norm_row_flag(tn, ring_mode, B)
+    snap_cm = _tuning.snapshot_cache_modifier(tn)
+    maxnreg = _tuning.maxnreg_kwargs(tn)
     grid = (B, HV, V // BV)
     _recurrent_verify_kernel[grid](
         q3, k3, v3, a2, b2, A_log, dt_bias, initial_state_source, initial_state_indices, o3, snap_idx,
@@ -372,20 +356,14 @@ def fused_sigmoid_gating_delta_rule_update(
         0.0 if lower_bound is None else float(lower_bound),
         T=T, H=H, HV=HV, K=K, V=V, BLOCK_V=BV, SUB_V=SUB, STAGES=stages,
         SAFE_GATE=lower_bound is not None,
-        NORM_ROW=norm_row_flag(mode, B),
+        NORM_ROW=norm_row,
         SNAPSHOT=intermediate_states_buffer is not None,
-        SNAP_CM=snapshot_cache_modifier(),
+        SNAP_CM=snap_cm,
         RING=bool(cache_ring),
         STORE_FINAL=not disable_state_update,
         KC=kc,
-        PROJECT=project_flag(
-            mode,
-            RECURRENT_PROJECT,
-            "RECURRENT_PROJECT",
-            not disable_state_update and intermediate_states_buffer is None,
-            B,
-        ),
+        PROJECT=project,
         num_warps=num_warps,
-        **maxnreg_kwargs("RECURRENT_MAXNREG", RECURRENT_MAXNREG, table_maxnreg(mode, knobs, B)),
+        **maxnreg,
     )  # fmt: skip
     return o

@@ -1,0 +1,95 @@
+"""KDA tuning: the `tuning=` argument and the one module-level override, KDA_VERIFY_BLOCK_V.
+
+The kernels are replaced by recorders: only the launch configuration is looked at.
+"""
+
+from dataclasses import FrozenInstanceError, replace
+
+import pytest
+import torch
+from test_kda_verify import make_inputs, make_runner
+
+import kernels.kda.conv as conv_mod
+import kernels.kda.fused_verify as fused_mod
+import kernels.kda.recurrent as rec_mod
+import kernels.kda.tuning as kt
+
+B, T, H, HV, K, V = 1, 2, 1, 1, 16, 128
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """{kernel name: [launch keywords, ...]} of every launch of the three KDA kernels."""
+    seen = {"fused": [], "recurrent": [], "conv": []}
+
+    class Recorder:
+        def __init__(self, name):
+            self.name = name
+
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: seen[self.name].append(dict(kwargs, grid=grid))
+
+    monkeypatch.setattr(fused_mod, "_fused_verify_kernel", Recorder("fused"))
+    monkeypatch.setattr(rec_mod, "_recurrent_verify_kernel", Recorder("recurrent"))
+    monkeypatch.setattr(conv_mod, "_causal_conv1d_update_kernel", Recorder("conv"))
+    return seen
+
+
+def fused_block_v(launches, device, tuning=None):
+    inp = make_inputs(B, T, H, HV, K, V, torch.float32, device)
+    make_runner("fused", inp, B, T, H, HV, K, V, tuning=tuning)()
+    return launches["fused"][-1]["BLOCK_V"]
+
+
+def test_module_block_v_is_honoured_at_call_time(launches, device, monkeypatch):
+    """Setting fused_verify.KDA_VERIFY_BLOCK_V changes the BLOCK_V of the next fused launch
+    (over `tuning` too); an invalid value raises a ValueError naming it; None restores the
+    default tile."""
+    default = kt.table_row(kt.DEFAULT.verify.snapshot.tiles, B)[1]
+    assert fused_block_v(launches, device) == default
+    for bv in (8, 32):
+        assert bv != default
+        monkeypatch.setattr(fused_mod, "KDA_VERIFY_BLOCK_V", bv)
+        assert fused_block_v(launches, device) == bv
+        assert launches["fused"][-1]["grid"] == (B, HV, V // bv)
+    tn = kt.KdaTuning(verify=replace(kt.DEFAULT.verify, block_v=16))
+    assert fused_block_v(launches, device, tn) == 32
+    for bad in (12, 0, 8.0, "8"):
+        monkeypatch.setattr(fused_mod, "KDA_VERIFY_BLOCK_V", bad)
+        with pytest.raises(ValueError, match="KDA_VERIFY_BLOCK_V"):
+            fused_block_v(launches, device)
+    monkeypatch.setattr(fused_mod, "KDA_VERIFY_BLOCK_V", None)
+    assert fused_block_v(launches, device) == default
+    assert fused_block_v(launches, device, tn) == 16
+
+
+@pytest.mark.parametrize("mode", ["fused", "unfused"])
+def test_tuning_reaches_every_launch(mode, launches, device):
+    """A KdaTuning hands each wrapper its part: tile, warps, key chunks, norms, snapshot
+    stores, register cap and the conv's channel block all reach the launches."""
+    fields = dict(block_v=16, sub_v=8, num_warps=2, stages=2, key_chunk=8, norm_row=True)
+    fields.update(snapshot_cache_modifier=".cg", maxnreg=200, project=False)
+    tn = kt.KdaTuning(
+        verify=replace(kt.DEFAULT.verify, prefetch=True, **fields),
+        recurrent=replace(kt.DEFAULT.recurrent, **fields),
+        conv=kt.ConvTuning(block_d=64, num_warps=2),
+    )
+    inp = make_inputs(B, T, H, HV, K, V, torch.float32, device)
+    make_runner(mode, inp, B, T, H, HV, K, V, tuning=tn)()
+    (kw,) = launches["fused" if mode == "fused" else "recurrent"]
+    got = {k: kw[k] for k in ("BLOCK_V", "SUB_V", "STAGES", "KC", "NORM_ROW", "SNAP_CM")}
+    assert got == dict(BLOCK_V=16, SUB_V=8, STAGES=2, KC=8, NORM_ROW=True, SNAP_CM=".cg")
+    assert (kw["num_warps"], kw["maxnreg"], kw["PROJECT"]) == (2, 200, False)
+    if mode == "fused":
+        assert kw["PREFETCH"] is True
+    else:
+        (conv,) = launches["conv"]
+        assert (conv["BLOCK_D"], conv["num_warps"]) == (64, 2)
+
+
+def test_default_tuning_is_frozen():
+    """DEFAULT cannot be changed in place: a variant is made with dataclasses.replace."""
+    with pytest.raises(FrozenInstanceError):
+        kt.DEFAULT.verify.block_v = 8
+    assert replace(kt.DEFAULT.verify, block_v=8).block_v == 8
+    assert kt.DEFAULT.verify.block_v is None
