@@ -7,6 +7,9 @@ to every benchmark process):
                            timers). Default when no NVIDIA GPU is visible; =0 forces GPU mode.
     ATTNBENCH_SUITE=nightly  the full parameter grids (default: a subset that fits the
                            per-commit budget of the PR gate).
+    ATTNBENCH_SUITE=view   the seed's view: the NSA kernels against the dense reference over
+                           seq_len 512..32768, with the eager per-call figure of both
+                           (scripts/main.sh runs it for HEAD under a machine of its own).
 
 Nothing here touches CUDA at import time or in parameter lists: with asv's `forkserver`
 launch method the modules are imported once in a server process that then forks one child
@@ -43,7 +46,11 @@ def _smoke_from_env():
 
 
 SMOKE = _smoke_from_env()
-NIGHTLY = os.environ.get("ATTNBENCH_SUITE", "default").strip().lower() == "nightly"
+SUITE = os.environ.get("ATTNBENCH_SUITE", "default").strip().lower()
+NIGHTLY = SUITE == "nightly"
+# The seed's view (benchmarks/nsa.py: VIEW_BENCHMARKS is the selection that runs it). Only
+# the NSA grids and figures differ from the default suite's; the other classes keep theirs.
+VIEW = SUITE == "view"
 # The default suite (what the PR gate and the history on main run) holds the gated figures,
 # time and peak VRAM, and fits a few minutes per commit on an H200. The device ceilings
 # (Matmul, CopyRate), the KDA peak VRAM and the BLOCK_V tuning sweep run in the nightly
@@ -85,15 +92,18 @@ SAMPLE_SECONDS = 0.005 if SMOKE else 0.025
 # The interpreter has nothing to compile, and smoke calls are slow: no warm-up there.
 WARMUP_CALLS = 0 if SMOKE else 3
 
-MODE_NAME = "smoke" if SMOKE else ("nightly" if NIGHTLY else "default")
+MODE_NAME = "smoke" if SMOKE else ("nightly" if NIGHTLY else ("view" if VIEW else "default"))
 
 
-def grid(default, nightly=None, smoke=None):
-    """The values of one parameter axis for the active mode."""
+def grid(default, nightly=None, smoke=None, view=None):
+    """The values of one parameter axis for the active mode (smoke wins over the suite
+    switch: a CPU run of any suite uses the smoke sizes)."""
     if SMOKE:
         return list(smoke if smoke is not None else default[:1])
     if NIGHTLY and nightly is not None:
         return list(nightly)
+    if VIEW and view is not None:
+        return list(view)
     return list(default)
 
 

@@ -16,6 +16,11 @@ Three time figures (docs/benchmarks.md, "Three time figures"):
 gated grid only); `NsaAutograd` (the autograd call of a training step) the eager and host
 figures; `NsaSeedBackward` (the seed benchmark's call, lse recomputed) all three.
 
+The seed's view (ATTNBENCH_SUITE=view, selected by VIEW_BENCHMARKS): `NsaForward` and
+`NsaBackward` over seq_len 512..32768, kernel and dense reference, with `track_time` (the
+kernel only), `track_time_eager` (both: the figure the seed's own benchmark takes) and
+`track_peak_vram_bytes` (both); no host figure.
+
 Tokens/s, TFLOP/s and % of the matmul rate are not timed here: tools/report.py derives them
 from the stored `track_time` values and the stored `common.Matmul` ceiling of the same
 commit (docs/benchmarks.md, "Derived figures").
@@ -31,6 +36,7 @@ from .common import (
     ROTATION_SETS,
     SAMPLES,
     SMOKE,
+    VIEW,
     check_close,
     eager_seconds,
     generator,
@@ -90,6 +96,36 @@ PATTERN_AXIS = grid(["recent", "random"], smoke=["random"])
 GATED_GRID = [GATED_SEQ_LENS, ["triton"], PRESET_AXIS, PATTERN_AXIS]
 PARAM_NAMES = ["seq_len", "impl", "preset", "pattern"]
 
+# The seq_len axis of NsaForward and NsaBackward. The view sweeps the seed's range; its smoke
+# run takes two tiny sizes, so the report draws lines (the other smoke suites take one).
+SEQ_LEN_AXIS = grid(
+    [4096, 32768],
+    nightly=[512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
+    smoke=[SMOKE_SEQ_LEN, 2 * SMOKE_SEQ_LEN] if VIEW else [SMOKE_SEQ_LEN],
+    view=[512, 1024, 2048, 4096, 8192, 16384, 32768],
+)
+# The dense reference runs in the nightly sweep and the view (crossover, OOM ceiling) and in
+# smoke mode; the default suite times what the gate judges, the kernels, with no skipped
+# points (each point of the grid costs a process even when it skips).
+IMPL_AXIS = grid(
+    ["triton"],
+    nightly=["triton", "reference"],
+    smoke=["triton", "reference"],
+    view=["triton", "reference"],
+)
+# The view runs the dense reference on this pattern only: its cost does not depend on the
+# index pattern (it builds the full [T, T] mask and softmax whatever the selection), and
+# tools/report.py lends its row to the other pattern. The seed's benchmark uses "recent".
+VIEW_REFERENCE_PATTERN = PATTERN_AXIS[0]
+# asv's -b selection of the view (scripts/main.sh): asv matches it against
+# "name(param, ...)", so one regex picks the classes, the figures and the points: the
+# kernel's every point, the reference's on VIEW_REFERENCE_PATTERN only. The points it
+# leaves out spawn no process (asv stores NaN there; the report borrows the other row).
+VIEW_BENCHMARKS = (
+    r"^nsa\.Nsa(Forward|Backward)\.track_(time|time_eager|peak_vram_bytes)\(\d+, "
+    rf"('triton'|'reference', '[^']*', '{VIEW_REFERENCE_PATTERN}')"
+)
+
 # Upper bounds on the device operations (kernels, memsets, copies) one call queues, with
 # headroom over today's counts; host_seconds issues 256 // bound calls behind one sleep, so
 # the bound is part of what the host figure measures. tests/test_asv_eager_host.py checks
@@ -100,14 +136,16 @@ BACKWARD_RECOMPUTE_OPS = 112  # the backward plus the forward that recomputes ls
 AUTOGRAD_OPS = 128  # forward, backward and autograd's own operations
 
 
-def _graph_time(samples=SAMPLES):
+def _graph_time(samples=SAMPLES, params=None):
     """`track_time`: per-call device time from CUDA-graph replays (`per_call_seconds`),
-    `samples` per process."""
+    `samples` per process; `params`: its own grid (default: the class's)."""
 
     @metric("seconds")
     def track_time(self, *params):
         return timing_result(self.samples(samples))
 
+    if params is not None:
+        track_time.params = params
     return track_time
 
 
@@ -135,19 +173,7 @@ class _Selection:
     on input set `x`), `prepare()`, `peak_fn()` and, for the graph figure, `timed_fn()`.
     """
 
-    params = [
-        grid(
-            [4096, 32768],
-            nightly=[512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
-            smoke=[SMOKE_SEQ_LEN],
-        ),
-        # The dense reference runs in the nightly sweep (crossover, OOM ceiling) and in smoke
-        # mode; the default suite times what the gate judges, the kernels, with no skipped
-        # points (each point of the grid costs a process even when it skips).
-        grid(["triton"], nightly=["triton", "reference"], smoke=["triton", "reference"]),
-        PRESET_AXIS,
-        PATTERN_AXIS,
-    ]
+    params = [SEQ_LEN_AXIS, IMPL_AXIS, PRESET_AXIS, PATTERN_AXIS]
     param_names = PARAM_NAMES
     timeout = 300
     api_names = API
@@ -191,8 +217,12 @@ class _Selection:
     def rotation(self):
         """ROTATION_SETS callables of the timed call, on the timed inputs and on copies of
         them with storage of their own: the same values, so every call does the same work
-        and meets none of its tensors where the previous call left them."""
-        copies = [{n: t.clone() for n, t in self.x.items()} for _ in range(ROTATION_SETS - 1)]
+        and meets none of its tensors where the previous call left them. The dense
+        reference gets one set: its working set is its [T, T] matrices, far larger than
+        L2 at every benchmarked size, and each set of its backward holds a retained
+        [T, T] forward graph, which would move its out-of-memory point."""
+        sets = ROTATION_SETS if self.impl == "triton" else 1
+        copies = [{n: t.clone() for n, t in self.x.items()} for _ in range(sets - 1)]
         return [self.call(x) for x in [self.x, *copies]]
 
     def samples(self, count=SAMPLES):
@@ -204,8 +234,14 @@ class _Selection:
 class _Kernel(_Selection):
     """The figures of the kernel classes (NsaForward, NsaBackward)."""
 
-    track_time = _graph_time()
-    track_time_eager, track_time_host = _per_call_times(GATED_GRID)
+    if VIEW:
+        # The reference is never captured in a graph: its track_time would time the same
+        # back-to-back calls as its eager figure, so the view takes that one only.
+        track_time = _graph_time(params=[SEQ_LEN_AXIS, ["triton"], PRESET_AXIS, PATTERN_AXIS])
+        track_time_eager = _per_call_times()[0]  # kernel and reference, the class's grid
+    else:
+        track_time = _graph_time()
+        track_time_eager, track_time_host = _per_call_times(GATED_GRID)
 
     @metric("bytes")
     def track_peak_vram_bytes(self, *params):
@@ -268,7 +304,11 @@ class _BackwardCall:
         return leaves, o
 
     def call(self, x):
-        """The Triton backward on set `x` (its forward runs here, untimed)."""
+        """The backward on set `x`: the Triton backward (its forward runs here, untimed), or
+        for the reference, autograd's backward through a dense forward retained here."""
+        if self.impl != "triton":
+            graph = self.reference_forward(x)
+            return lambda: self.reference_grads(x, graph)
         a, bs = self.api, self.p.block_size
         qkv = (x["q"], x["k"], x["v"])
         o, lse = a.selection_forward_triton(*qkv, x["idx"], bs, return_lse=True)
