@@ -3,6 +3,7 @@
 The kernels are replaced by recorders: only the launch configuration is looked at.
 """
 
+import importlib
 from dataclasses import FrozenInstanceError, replace
 
 import pytest
@@ -93,3 +94,22 @@ def test_default_tuning_is_frozen():
         kt.DEFAULT.verify.block_v = 8
     assert replace(kt.DEFAULT.verify, block_v=8).block_v == 8
     assert kt.DEFAULT.verify.block_v is None
+
+
+@pytest.mark.parametrize(
+    "module,name,field",
+    [
+        ("fused_verify", "KDA_VERIFY_SUB_V", "sub_v"),
+        ("fused_verify", "KDA_VERIFY_NUM_WARPS", "num_warps"),
+        ("recurrent", "RECURRENT_BLOCK_V", "block_v"),
+        ("conv", "BLOCK_D", "block_d"),
+    ],
+)
+def test_setting_a_removed_knob_raises_naming_its_tuning_field(module, name, field):
+    """A script that still sets a knob `tuning=` replaced must not run a sweep that changes
+    nothing: the assignment raises, naming the field to pass instead, and the module keeps
+    no such attribute."""
+    mod = importlib.import_module(f"kernels.kda.{module}")
+    with pytest.raises(AttributeError, match=rf"{name} is no longer read.*tuning=.*{field}="):
+        setattr(mod, name, 4)
+    assert not hasattr(mod, name)

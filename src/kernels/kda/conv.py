@@ -210,3 +210,13 @@ def causal_conv1d_update(
         num_warps=tn.num_warps,
     )
     return out3.squeeze(-1) if x.dim() == 2 else out3
+
+
+# The module-level knobs that `tuning=` replaced: setting one raises instead of doing nothing.
+_tuning.refuse_removed_knobs(
+    __name__,
+    {
+        "BLOCK_D": "replace(DEFAULT.conv, block_d=...)",
+        "CONV_NUM_WARPS": "replace(DEFAULT.conv, num_warps=...)",
+    },
+)

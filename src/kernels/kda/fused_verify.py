@@ -469,3 +469,19 @@ def fused_kda_conv_gating_verify(
         **maxnreg,
     )  # fmt: skip
     return o
+
+
+# The module-level knobs that `tuning=` replaced: setting one raises instead of doing nothing.
+_tuning.refuse_removed_knobs(
+    __name__,
+    {
+        "KDA_VERIFY_SUB_V": "replace(DEFAULT.verify, sub_v=...)",
+        "KDA_VERIFY_NUM_WARPS": "replace(DEFAULT.verify, num_warps=...)",
+        "KDA_VERIFY_STAGES": "replace(DEFAULT.verify, stages=...)",
+        "KDA_VERIFY_MAXNREG": "replace(DEFAULT.verify, maxnreg=...)",
+        "KDA_VERIFY_PREFETCH": "replace(DEFAULT.verify, prefetch=...)",
+        "KDA_VERIFY_PROJECT": "replace(DEFAULT.verify, project=...)",
+        "KDA_VERIFY_STATE_FIRST": "(none: the state-first order was removed)",
+        "KDA_VERIFY_FIRST_AHEAD": "(none: the first step always loads ahead)",
+    },
+)

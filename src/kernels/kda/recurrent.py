@@ -367,3 +367,17 @@ def fused_sigmoid_gating_delta_rule_update(
         **maxnreg,
     )  # fmt: skip
     return o
+
+
+# The module-level knobs that `tuning=` replaced: setting one raises instead of doing nothing.
+_tuning.refuse_removed_knobs(
+    __name__,
+    {
+        "RECURRENT_BLOCK_V": "replace(DEFAULT.recurrent, block_v=...)",
+        "RECURRENT_SUB_V": "replace(DEFAULT.recurrent, sub_v=...)",
+        "RECURRENT_NUM_WARPS": "replace(DEFAULT.recurrent, num_warps=...)",
+        "RECURRENT_STAGES": "replace(DEFAULT.recurrent, stages=...)",
+        "RECURRENT_MAXNREG": "replace(DEFAULT.recurrent, maxnreg=...)",
+        "RECURRENT_PROJECT": "replace(DEFAULT.recurrent, project=...)",
+    },
+)

@@ -17,6 +17,8 @@ Modes: "fused" / "fused+ring" are the fused kernel saving snapshots / the replay
 "unfused" / "unfused+ring" the recurrent kernel of the unfused pair.
 """
 
+import sys
+import types
 from dataclasses import dataclass, field
 
 SNAPSHOT_CACHE_MODIFIERS = ("", ".cs", ".cg", ".wt")
@@ -279,3 +281,26 @@ def maxnreg_kwargs(tuning):
     if not isinstance(value, int) or isinstance(value, bool) or not 24 <= value <= 255:
         raise ValueError(f"maxnreg must be None or an int in 24..255, got {value!r}")
     return {"maxnreg": value}
+
+
+class _RefusesRemovedKnobs(types.ModuleType):
+    """Module type whose listed attributes cannot be set (`refuse_removed_knobs`)."""
+
+    _removed: dict = {}
+
+    def __setattr__(self, name, value):
+        hint = self._removed.get(name)
+        if hint is not None:
+            raise AttributeError(
+                f"{self.__name__}.{name} is no longer read, so setting it would change "
+                f"nothing: pass tuning={hint} to the call instead"
+            )
+        super().__setattr__(name, value)
+
+
+def refuse_removed_knobs(module_name, removed):
+    """Make setting one of `removed` ({attribute: the `tuning=` replacement to name}) on the
+    module `module_name` raise AttributeError: scripts written against the module-level
+    knobs that these dataclasses replaced would otherwise run a sweep that changes nothing."""
+    module = sys.modules[module_name]
+    module.__class__ = type("KdaKernelModule", (_RefusesRemovedKnobs,), {"_removed": dict(removed)})
