@@ -7,11 +7,16 @@
 #   3. asv run over the last ATTNBENCH_COMMITS commits (default 3; commits already measured
 #      on this machine are skipped): real sizes on a GPU, smoke sizes (Triton's interpreter,
 #      machine "cpu-smoke") without one
-#   4. asv publish, then the report (CSV, plots, KDA tables) in report/
+#   4. the seed's view at HEAD only: a second asv run with ATTNBENCH_SUITE=view (NSA forward
+#      and backward, kernel vs dense reference, seq_len 512..32768, eager per-call figures)
+#      under its own machine name, "<machine>-view" (skipped when HEAD is already measured)
+#   5. asv publish, then the report (CSV, plots, KDA tables) in report/ and the view's in
+#      report/view/
 #
 # Environment:
 #   ATTNBENCH_SMOKE=1|0        force smoke mode on or off (default: on without a GPU)
-#   ATTNBENCH_SUITE=nightly    the full grids (default: the per-commit subset)
+#   ATTNBENCH_SUITE=nightly    the full grids for step 3 (default: the per-commit subset)
+#   ATTNBENCH_VIEW=0           skip step 4 (the seed's view) and its report
 #   ATTNBENCH_MACHINE=NAME     machine name (default: cpu-smoke, or gpu-<hostname>)
 #   ATTNBENCH_COMMITS=N        how many commits back from HEAD (default 3)
 #   ATTNBENCH_WHEELHOUSE=DIR   offline: asv's environments install from DIR only
@@ -23,7 +28,12 @@ bash scripts/bootstrap.sh
 VPY=$PWD/.venv/bin/python
 # The suite decides smoke vs GPU itself (benchmarks/common.py); pin the answer so that
 # every asv process agrees with the machine name chosen here.
-MODE=$("$VPY" -c 'import benchmarks.common as c; print(c.MODE_NAME)')
+# The view's asv selection (-b) comes from the suite too (benchmarks/nsa.py).
+SUITE_INFO=$("$VPY" -c 'import benchmarks.common as c, benchmarks.nsa as n
+print(c.MODE_NAME)
+print(n.VIEW_BENCHMARKS)')
+MODE=$(sed -n 1p <<<"$SUITE_INFO")
+VIEW_BENCH=$(sed -n 2p <<<"$SUITE_INFO")
 if [ "$MODE" = smoke ]; then
     export ATTNBENCH_SMOKE=1
     MACHINE=${ATTNBENCH_MACHINE:-cpu-smoke}
@@ -52,6 +62,28 @@ export ATTNBENCH_NA_LOG=$PWD/results/$MACHINE/na_reasons.jsonl
 status=0
 "$VPY" -m asv run "HASHFILE:.asv/commits.txt" --machine "$MACHINE" \
     --skip-existing-commits --record-samples --show-stderr || status=$?
+
+# The seed's view, HEAD only, under a machine of its own (its figures are no history of the
+# default suite's). asv rewrites results/benchmarks.json from every run's discovery; the
+# default suite's copy is put back afterwards, so the site keeps describing the per-commit
+# suite (the view's sweep is shown by its report, report/view/).
+VIEW_MACHINE=$MACHINE-view
+view_status=0
+rm -rf report/view
+if [ "${ATTNBENCH_VIEW:-1}" != 0 ]; then
+    "$VPY" tools/asv_machine.py --machine "$VIEW_MACHINE"
+    mkdir -p "results/$VIEW_MACHINE"
+    if [ -f results/benchmarks.json ]; then
+        cp results/benchmarks.json .asv/benchmarks.default.json
+    fi
+    echo "main: the seed's view at HEAD, machine=$VIEW_MACHINE"
+    ATTNBENCH_SUITE=view ATTNBENCH_NA_LOG=$PWD/results/$VIEW_MACHINE/na_reasons.jsonl \
+        "$VPY" -m asv run "HEAD^!" --machine "$VIEW_MACHINE" -b "$VIEW_BENCH" \
+        --skip-existing-commits --record-samples --show-stderr || view_status=$?
+    if [ -f .asv/benchmarks.default.json ]; then
+        mv .asv/benchmarks.default.json results/benchmarks.json
+    fi
+fi
 "$VPY" -m asv publish
 # The site loads its JavaScript libraries from public CDNs; vendor them (from node_modules,
 # installed by `npm ci`) so it works offline and behind firewalls.
@@ -65,6 +97,10 @@ else
     VENDORED=no
 fi
 "$VPY" tools/report.py --results results --out report --machine "$MACHINE"
+if [ "${ATTNBENCH_VIEW:-1}" != 0 ] && [ -d "results/$VIEW_MACHINE" ]; then
+    "$VPY" tools/report.py --results results --out report/view --machine "$VIEW_MACHINE" \
+        --title "The seed's view at HEAD" || echo "main: no report of the view" >&2
+fi
 # The report's page, the smoke banner and the page-from-disk note go in after every publish.
 "$VPY" tools/site_extras.py html --report report
 
@@ -75,11 +111,21 @@ main: (asv's pages load their data by XHR, which browsers refuse for pages opene
 main: site files in $PWD/html/
 main: report (CSV, plots, KDA tables) in $PWD/report/
 EOF
+if [ -d report/view ]; then
+    echo "main: the seed's view at HEAD (VRAM, tokens/s, crossover) in $PWD/report/view/"
+fi
 if [ "$VENDORED" = no ]; then
     echo "main: no npm here, so the site's JavaScript libraries are not vendored: its pages" \
         "load them from public CDNs and need the internet (npm ci, then this command again)"
 fi
 if [ "$status" -ne 0 ]; then
     echo "main: asv run exited $status (a benchmark failed; see the output above)" >&2
+fi
+if [ "$view_status" -ne 0 ]; then
+    echo "main: the view's asv run exited $view_status (see the output above)" >&2
+fi
+# The default suite's status first: a failed view never hides it.
+if [ "$status" -eq 0 ]; then
+    status=$view_status
 fi
 exit "$status"

@@ -2,17 +2,20 @@
 """Turn asv results into the seed benchmarks' outputs: CSV, plots and KDA tables.
 
     python tools/report.py --results results --out report [--machine NAME] [--commit HASH]
+                           [--title TEXT]
 
 Reads asv's result files (`results/<machine>/<commit8>-<env>.json`, format version 2, and
 `results/benchmarks.json` for parameter names) and writes into --out:
 
     nsa_forward.csv, nsa_backward.csv      per (preset, pattern, seq_len): kernel and
                                            reference ms, tokens/s, TFLOP/s, % of the matmul
-                                           rate, peak VRAM (GB), the kernel's eager ms and
-                                           tokens/s, n/a reasons
-    vram_vs_seqlen_{fwd,bwd}.png           peak VRAM vs seq_len, kernel vs reference,
-    toks_vs_seqlen_{fwd,bwd}.png           tokens/s vs seq_len; reference OOM ceiling and
-                                           the throughput crossover marked
+                                           rate, peak VRAM (GB), eager ms and tokens/s,
+                                           n/a reasons
+    vram_vs_seqlen_{fwd,bwd}.png           peak VRAM vs seq_len (log-log), kernel vs
+                                           reference, the recorded OOM ceiling marked
+    toks_vs_seqlen_{fwd,bwd}.png           tokens/s vs seq_len: the eager figure where it
+                                           exists (what the seed measures), the graph
+                                           replay beside it; the crossovers marked
     kda_verify.csv, kda_verify.md          per-call us (seed-style / cold) and VRAM per mode;
                                            the table adds fused / unfused time ratios
     kda_verify_ratio.csv                   those ratios per (gate, heads, batch)
@@ -304,8 +307,9 @@ class Results:
 # When the metrics of one point disagree, the point's reason is the most telling one.
 _PRIORITY = [NaReason.OUT_OF_MEMORY, NaReason.FAILED, NaReason.SKIPPED, NaReason.NOT_RUN]
 # `ms` is the graph-replay figure for the kernel (the gated one) and the plain per-call
-# figure for the dense reference (never captured in a graph); `eager_ms` is the kernel's
-# back-to-back eager figure, what the seed's own benchmark measures.
+# figure for the dense reference (never captured in a graph); `eager_ms` is the back-to-back
+# eager figure, what the seed's own benchmark measures (the kernel's on the gated grid; the
+# view suite's, kernel and reference, on its whole grid).
 NSA_METRICS = {
     "ms": "track_time",
     "eager_ms": "track_time_eager",
@@ -317,10 +321,10 @@ NSA_SCALE = {"ms": 1e3, "eager_ms": 1e3, "vram_gb": 1e-9}
 NSA_DERIVED = ["tok_s", "tflops", "pct_of_matmul"]
 
 
-# CSV columns per side; the reference has no eager figure of its own (its `ms` is one).
+# CSV columns per side.
 NSA_COLUMNS = {
-    "kernel": ["ms", "tok_s", "tflops", "pct_of_matmul", "eager_ms", "eager_tok_s", "vram_gb"],
-    "ref": ["ms", "tok_s", "tflops", "pct_of_matmul", "vram_gb"],
+    side: ["ms", "tok_s", "tflops", "pct_of_matmul", "eager_ms", "eager_tok_s", "vram_gb"]
+    for side in ("kernel", "ref")
 }
 
 
@@ -351,7 +355,9 @@ def nsa_table(res, cls, direction=None):
             for col in NSA_METRICS:
                 per.setdefault(col, NaReason.NOT_RUN)
     # The dense reference ignores the pattern: borrow another pattern's figures where this
-    # one has none, and its reason where this pattern did not run the reference at all.
+    # one has none, and its reason where this pattern's says nothing of the reference's cost:
+    # not run, or skipped, which is also what asv stores for a point an `asv run -b`
+    # selection leaves out (the view suite runs the reference on one pattern only).
     for key, row in table.items():
         preset, pattern, T = key
         for other_key, other in table.items():
@@ -361,7 +367,7 @@ def nsa_table(res, cls, direction=None):
                 mine, theirs = why[key]["ref"], why[other_key]["ref"]
                 if row.get(f"ref_{col}") is None and other.get(f"ref_{col}") is not None:
                     row[f"ref_{col}"], mine[col] = other[f"ref_{col}"], None
-                elif mine[col] is NaReason.NOT_RUN and theirs[col] is not None:
+                elif _says_more(theirs[col], mine[col]):
                     mine[col] = theirs[col]
     matmul, matmul_why = res.ceiling(MATMUL, f"{cls}.track_time")
     for key, row in table.items():
@@ -378,10 +384,18 @@ def nsa_table(res, cls, direction=None):
                 full[f"{side}_{col}"] = row.get(f"{side}_{col}")
         full["matmul_tflops"] = matmul
         for side in ("kernel", "ref"):
-            reason = point_reason([why[key][side][c] for c in ("ms", "vram_gb")])
+            reason = point_reason([why[key][side][c] for c in ("ms", "eager_ms", "vram_gb")])
             full[f"{side}_na"] = "" if reason is None else reason.value
         rows.append(full)
     return rows
+
+
+def _says_more(theirs, mine):
+    """Another pattern's reason `theirs` replaces the reference's `mine` at the same point:
+    `mine` is not run or skipped, and `theirs` is a more telling reason (_PRIORITY)."""
+    if theirs is None or mine not in (NaReason.NOT_RUN, NaReason.SKIPPED):
+        return False
+    return _PRIORITY.index(theirs) < _PRIORITY.index(mine)
 
 
 def derive_nsa(row, why, preset, T, direction, matmul, matmul_why):
@@ -450,13 +464,23 @@ def scaling(rows, factor=4):
     return t1 // factor, t1, ms[t1] / ms[t1 // factor]
 
 
+def reference_tok_s(row, eager):
+    """The reference's tokens/s a kernel figure is compared with: its eager figure for the
+    kernel's eager one (`eager`), its `track_time` figure for the graph replay, each falling
+    back on the other. The reference is never captured in a graph: both of its figures time
+    back-to-back calls between CUDA events, so either is its per-call cost."""
+    first, second = ("ref_eager_tok_s", "ref_tok_s") if eager else ("ref_tok_s", "ref_eager_tok_s")
+    return row.get(first) if row.get(first) is not None else row.get(second)
+
+
 def crossover(rows, kernel="kernel_tok_s"):
     """Smallest seq_len where the kernel's tokens/s (`kernel`: the graph-replay column, or
-    "kernel_eager_tok_s") reaches the reference's (both measured)."""
+    "kernel_eager_tok_s") reaches the reference's (`reference_tok_s`; both measured)."""
+    eager = kernel == "kernel_eager_tok_s"
     for r in sorted(rows, key=lambda r: r["seq_len"]):
-        if r.get(kernel) is not None and r["ref_tok_s"] is not None:
-            if r[kernel] >= r["ref_tok_s"]:
-                return r["seq_len"]
+        ref = reference_tok_s(r, eager)
+        if r.get(kernel) is not None and ref is not None and r[kernel] >= ref:
+            return r["seq_len"]
     return None
 
 
@@ -510,9 +534,18 @@ def draw_panel(ax, prows, metric, ylabel, title):
             _line(ax, pr, "kernel_tok_s", f"kernel (Triton) graph replay, {pattern}", "^:")
         else:
             _line(ax, pr, f"kernel_{metric}", f"kernel (Triton), {pattern}", "o-")
-    ref = {r["seq_len"]: r[f"ref_{metric}"] for r in prows}
-    ref_rows = [{"seq_len": t, f"ref_{metric}": v} for t, v in sorted(ref.items())]
-    _line(ax, ref_rows, f"ref_{metric}", "reference (dense O(T^2))", "s--")
+    # The reference: one line per figure (its rows agree across patterns). For tokens/s the
+    # eager figure where it exists, dashed, and its track_time beside it, dotted.
+    ref_lines = [(f"ref_{metric}", "reference (dense O(T^2))", "s--")]
+    if metric == "tok_s" and any(r.get("ref_eager_tok_s") is not None for r in prows):
+        ref_lines = [("ref_eager_tok_s", "reference (dense O(T^2)) eager", "s--"),
+                     ("ref_tok_s", "reference (dense O(T^2)), track_time", "x:")]  # fmt: skip
+    for key, label, style in ref_lines:
+        ref = {}
+        for r in prows:
+            if r.get(key) is not None:
+                ref.setdefault(r["seq_len"], r[key])
+        _line(ax, [{"seq_len": t, key: v} for t, v in sorted(ref.items())], key, label, style)
     _marks(ax, prows, metric)
     ax.set_xscale("log", base=2)
     if metric == "vram_gb" and any(r[f"{s}_vram_gb"] for r in prows for s in ("kernel", "ref")):
@@ -545,6 +578,10 @@ def _marks(ax, rows, metric):
         which = " (eager)" if eager else ""
         label = f"kernel wins{which} from seq_len {cross}"
         ax.axvline(cross, color="green", ls="--", alpha=0.7, label=label)
+    graph_cross = crossover(rows) if eager else None
+    if graph_cross is not None and metric == "tok_s":
+        label = f"kernel wins (graph replay) from seq_len {graph_cross}"
+        ax.axvline(graph_cross, color="green", ls=":", alpha=0.7, label=label)
     one_per_len = {}
     for r in rows:
         one_per_len.setdefault(r["seq_len"], r)  # the reference's rows agree across patterns
@@ -806,12 +843,13 @@ def throughput_line(rows):
     return text
 
 
-def build(results_dir, out, machine=None, commit=None, na_log=None):
-    """Write every output; returns the list of files written."""
+def build(results_dir, out, machine=None, commit=None, na_log=None, title=None):
+    """Write every output; returns the list of files written. `title`: summary.md's heading
+    (default "Benchmark report"), followed by the machine's name."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     res = Results(results_dir, machine, commit, na_log)
-    written, summary = [], [f"# Benchmark report: machine {res.machine}", ""]
+    written, summary = [], [f"# {title or 'Benchmark report'}: machine {res.machine}", ""]
     for direction, cls in NSA.items():
         rows = nsa_table(res, cls)
         if not rows:
@@ -840,8 +878,9 @@ def main(argv=None):
         "--na-log",
         help="the OOM log (default: <results>/<machine>/na_reasons.jsonl, ci/na_reasons.py)",
     )
+    parser.add_argument("--title", help="summary.md's heading (default: Benchmark report)")
     args = parser.parse_args(argv)
-    written = build(args.results, args.out, args.machine, args.commit, args.na_log)
+    written = build(args.results, args.out, args.machine, args.commit, args.na_log, args.title)
     print(f"report: wrote {len(written)} files to {args.out}: " + ", ".join(written))
     print((Path(args.out) / "summary.md").read_text())
 
