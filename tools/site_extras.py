@@ -6,7 +6,9 @@ each run (and a second run on the same site changes nothing):
 
 - The report (tools/report.py's CSV files, plots and tables) is copied into
   `<site>/report/`, with a page of its own, `report/index.html`, linked from the site's
-  navigation bar.
+  navigation bar. A report directory's subdirectories are reports too (scripts/main.sh
+  writes the seed's view into `report/view/`): each gets a page of its own, and the report's
+  page shows them first, with their plots, tables and CSV files, and links their pages.
 - Smoke results (machine `cpu-smoke`, or any machine whose entry records no GPU) show no
   regressions: their entries leave `regressions.json` (the Regressions page) and
   `regressions.xml` (its feed). asv's `regressions_thresholds` match benchmark names only,
@@ -237,27 +239,48 @@ li.level1 { margin-left: 24px; }
 """
 
 
-def report_page(files: list[str], read) -> str:
-    """The report's page: summary, plots, tables and the CSV files, in that order.
-    `files` are names in the report directory; `read(name)` returns a text file's text."""
+def report_parts(files: list[str], read, prefix: str = "") -> list[str]:
+    """One report directory's markup: summary, plots, tables and the CSV files, in that
+    order. `files` are names in the directory, `read(name)` returns a text file's text and
+    `prefix` leads every link and picture's path (a subdirectory's: "view/")."""
     names = sorted(files)
-    parts = [
-        '<p><a href="../index.html">&larr; benchmark site</a></p>',
-        "<h1>Benchmark report</h1>",
-        "<p>Written by <code>tools/report.py</code> from the same asv results as the site.</p>",
-    ]
+    parts = []
     if "summary.md" in names:
         parts.append(markdown_to_html(read("summary.md")))
     for name in (n for n in names if n.endswith(".png")):
-        parts.append(f'<figure><img src="{html.escape(name)}" alt="{html.escape(name)}">')
-        parts.append(f"<figcaption>{html.escape(name)}</figcaption></figure>")
+        src = html.escape(prefix + name)
+        parts.append(f'<figure><a href="{src}"><img src="{src}" alt="{src}"></a>')
+        parts.append(f"<figcaption>{src}</figcaption></figure>")
     for name in (n for n in names if n.endswith(".md") and n != "summary.md"):
-        parts.append(f'<section id="{html.escape(name)}">{markdown_to_html(read(name))}</section>')
+        anchor = html.escape(prefix + name)
+        parts.append(f'<section id="{anchor}">{markdown_to_html(read(name))}</section>')
     csvs = [n for n in names if n.endswith(".csv")]
     if csvs:
-        parts.append("<h2>CSV files</h2><ul>")
-        parts += [f'<li><a href="{html.escape(n)}">{html.escape(n)}</a></li>' for n in csvs]
+        parts.append("<h3>CSV files</h3>" if prefix else "<h2>CSV files</h2>")
+        parts.append("<ul>")
+        for n in csvs:
+            parts.append(f'<li><a href="{html.escape(prefix + n)}">{html.escape(n)}</a></li>')
         parts.append("</ul>")
+    return parts
+
+
+def report_page(files: list[str], read, subreports=(), up: str = "../index.html") -> str:
+    """The report's page: each subreport first (`subreports`: (directory name, its files,
+    its read) triples), with a link to its own page, then this directory's own summary,
+    plots, tables and CSV files. `files` are names in the report directory; `read(name)`
+    returns a text file's text; `up` is the site's index, relative to the page."""
+    parts = [
+        f'<p><a href="{html.escape(up)}">&larr; benchmark site</a></p>',
+        "<h1>Benchmark report</h1>",
+        "<p>Written by <code>tools/report.py</code> from the same asv results as the site.</p>",
+    ]
+    for name, sub_files, sub_read in subreports:
+        link = html.escape(f"{name}/index.html")
+        parts.append(f'<section id="report-{html.escape(name)}" class="subreport">')
+        parts.append(f'<p>Its own page: <a href="{link}">{link}</a></p>')
+        parts += report_parts(sub_files, sub_read, f"{name}/")
+        parts.append("</section>")
+    parts += report_parts(files, read)
     body = "\n".join(parts)
     return (
         '<!doctype html>\n<html>\n<head>\n<meta charset="utf-8">\n'
@@ -266,21 +289,35 @@ def report_page(files: list[str], read) -> str:
     )
 
 
-def publish_report(site: Path, report: Path) -> Path:
+def _report_files(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.is_file() and p.name != "index.html")
+
+
+def _reader(directory: Path):
+    return lambda n: (directory / n).read_text(encoding="utf-8")
+
+
+def publish_report(site: Path, report: Path) -> list[Path]:
     """Copy the report's files into site/report/ (replacing an older copy) and write its
-    page; returns the page."""
+    page, and one page per subdirectory that holds files (a subreport); returns the pages,
+    the report's first."""
     dest = site / REPORT_DIR
     if dest.resolve() == report.resolve() or dest.resolve() in report.resolve().parents:
         raise ValueError(f"the report {report} is inside {dest}, which is rewritten")
     if dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(report, dest)
-    files = [p.name for p in dest.iterdir() if p.is_file() and p.name != "index.html"]
+    subs = [d for d in sorted(dest.iterdir()) if d.is_dir() and _report_files(d)]
     page = dest / "index.html"
-    page.write_text(
-        report_page(files, lambda n: (dest / n).read_text(encoding="utf-8")), encoding="utf-8"
-    )
-    return page
+    subreports = [(d.name, _report_files(d), _reader(d)) for d in subs]
+    page.write_text(report_page(_report_files(dest), _reader(dest), subreports), "utf-8")
+    pages = [page]
+    for d in subs:
+        sub_page = d / "index.html"
+        text = report_page(_report_files(d), _reader(d), up="../../index.html")
+        sub_page.write_text(text, encoding="utf-8")
+        pages.append(sub_page)
+    return pages
 
 
 # ---------------------------------------------------------------- the injected markup
@@ -337,11 +374,11 @@ def extras_site(site: Path, report: Path | None = None, names=DEFAULT_SMOKE_MACH
     done = {"smoke": sorted(smoke), "dropped_regressions": 0, "report": False, "pages": 0}
     done["dropped_regressions"] = drop_smoke_regressions(site, smoke, set(machines))
     if report is not None and report.is_dir():
-        page = publish_report(site, report)
         done["report"] = True
-        text = page.read_text(encoding="utf-8")
-        page.write_text(inject(text, extras_block(banner_html(smoke, set(machines)), False,
-                                                  False), False), encoding="utf-8")  # fmt: skip
+        block = extras_block(banner_html(smoke, set(machines)), False, False)
+        for page in publish_report(site, report):
+            text = page.read_text(encoding="utf-8")
+            page.write_text(inject(text, block, False), encoding="utf-8")
     elif (site / REPORT_DIR).exists():
         shutil.rmtree(site / REPORT_DIR)  # a stale copy of an older report
     banner = banner_html(smoke, set(machines))
