@@ -124,16 +124,12 @@ def test_masked_keys_do_not_reach_other_gradients(name, value):
 
 
 @pytest.mark.parametrize(
-    "dtype,dq_rows,loop",
-    [(torch.float16, None, "list"), (torch.float32, 2, "pairs")],
-    ids=["fp16", "fp32-one-token-pairs"],
+    "dtype,dq_rows", [(torch.float16, None), (torch.float32, 2)], ids=["fp16", "fp32-one-token"]
 )
-def test_masked_keys_fp16_and_one_token_tiles(dtype, dq_rows, loop, monkeypatch):
-    """The same in fp16, and with dq tiles of one token (2 rows = G) walked by the 'pairs'
-    loop: there no key is seen by some rows of a tile only, and keys after the token are
-    read as 0."""
+def test_masked_keys_fp16_and_one_token_tiles(dtype, dq_rows, monkeypatch):
+    """The same in fp16, and with dq tiles of one token (2 rows = G): there no key is seen
+    by some rows of a tile only, and keys after the token are read as 0."""
     monkeypatch.setattr(backward, "DQ_ROWS", dq_rows)
-    monkeypatch.setattr(forward, "TILE_LOOP", loop)
     q, k, v, do, _ = inputs("odd", seed=4, dtype=dtype)
     idx = masking_idx()
     ro, rlse, rgrads = reference(q, k, v, idx, BS, do)

@@ -265,18 +265,16 @@ def test_block_path_is_deterministic(schedule, monkeypatch):
         assert torch.allclose(again[1], first[1], rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("prefetch", [False, True], ids=["", "prefetch"])
 @pytest.mark.parametrize(
     "rows,waves,window", [(16, None, None), (256, 1, 16), (16, 1, 8), (64, 2, 32)]
 )
-def test_partial_chunk_sizes(rows, waves, window, prefetch, schedule, monkeypatch):
+def test_partial_chunk_sizes(rows, waves, window, schedule, monkeypatch):
     """fp32 chunks of 2 entries (one program per chunk), of 32 entries (most of a block's
     places padding, one persistent program per head) and of 8, with persistent programs
     walking many chunks each; list windows of 1, 2 and 4 tiles; the combine with one
-    program per tile or persistent programs walking many tiles. With PARTIAL_PREFETCH each
-    program reads its next chunk's places ahead, past the last chunk at the end."""
+    program per tile or persistent programs walking many tiles. Each program reads its next
+    chunk's places ahead, past the last chunk at the end."""
     schedule("blocks")
-    monkeypatch.setattr(forward_blocks, "PARTIAL_PREFETCH", prefetch)
     monkeypatch.setattr(forward_blocks, "CHUNK_ROWS", rows)
     monkeypatch.setattr(forward_blocks, "LIST_WINDOW", window)
     monkeypatch.setattr(forward_blocks, "COMBINE_WAVES", waves)
@@ -294,25 +292,6 @@ def test_partial_kernel_64bit_offsets(schedule, monkeypatch):
     B, Hq, Hkv, T, D, bs, S, pattern = CASES[1]
     q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=44)
     check_forward(q, k, v, make_idx(pattern, B, Hkv, T, bs, S), bs)
-
-
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"G{c[1] // c[2]}-T{c[3]}-{c[7]}")
-def test_combine_two_pass(case, schedule, monkeypatch):
-    """Both forms of the combine (COMBINE_TWO_PASS: every slot's lse read first,
-    or a running max): o and lse against the reference, rows with no kept slot included,
-    and within fp32 rounding of each other (the same sums, rescaled in another order)."""
-    schedule("blocks")
-    B, Hq, Hkv, T, D, bs, S, pattern = case
-    q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=43)
-    idx = make_idx(pattern, B, Hkv, T, bs, S)
-    monkeypatch.setattr(forward_blocks, "COMBINE_TWO_PASS", False)
-    one = check_forward(q, k, v, idx, bs)
-    monkeypatch.setattr(forward_blocks, "COMBINE_TWO_PASS", True)
-    two = check_forward(q, k, v, idx, bs)
-    assert rel_err(two[0], one[0]) < 1e-6
-    finite = torch.isfinite(one[1])
-    assert torch.equal(finite, torch.isfinite(two[1]))
-    assert torch.allclose(two[1][finite], one[1][finite], rtol=1e-6, atol=1e-6)
 
 
 def test_backward_with_lse_from_block_path(schedule):
@@ -375,28 +354,6 @@ def test_seed_inputs_bf16_shapes():
     assert q.shape == (1, 16, 40, 64) and k.shape == v.shape == (1, 4, 40, 64)
     assert q.dtype == torch.bfloat16 and idx.shape == (1, 4, 40, 16)
     assert torch.equal(q, seed_inputs_bf16(40, "random", "cpu")[1])
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("pattern", ["recent", "random"])
-def test_combine_two_pass_on_gpu(pattern, schedule, monkeypatch):
-    """bf16 on a GPU, block path only: the two-pass combine against the fp32 dense
-    reference and the one-pass combine (both timed in docs/perf/nsa.md, v12); two calls
-    agree bitwise."""
-    schedule("blocks")
-    bs = 32
-    _, q, k, v, idx = seed_inputs_bf16(1000, pattern, "cuda")
-    ro = selection_forward_reference(q.float(), k.float(), v.float(), idx, bs)
-    monkeypatch.setattr(forward_blocks, "COMBINE_TWO_PASS", False)
-    one = fwd(q, k, v, idx, bs, return_lse=True)
-    monkeypatch.setattr(forward_blocks, "COMBINE_TWO_PASS", True)
-    two = fwd(q, k, v, idx, bs, return_lse=True)
-    assert rel_err(two[0], ro) < 1e-2 and rel_err(two[0], one[0]) < 1e-2
-    finite = torch.isfinite(one[1])
-    assert torch.equal(finite, torch.isfinite(two[1]))
-    assert (two[1][finite] - one[1][finite]).abs().max() < 1e-4
-    again = fwd(q, k, v, idx, bs, return_lse=True)
-    assert torch.equal(two[0], again[0]) and torch.equal(two[1], again[1])
 
 
 def test_overlap_knob_is_checked_and_off_on_the_cpu(monkeypatch):

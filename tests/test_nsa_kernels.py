@@ -104,26 +104,15 @@ def test_long_lists_split_into_segments(case, monkeypatch):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize(
-    "loop,rows,dq_rows,dkdv_rows",
-    [("list", 16, 32, 16), ("pairs", 16, None, 64), ("pairs", 64, 16, 32)],
-)
-def test_tile_loops_and_sizes(loop, rows, dq_rows, dkdv_rows, monkeypatch):
-    """Both block loops ('list', 'pairs') and other forward/dq/dk-dv tile sizes stay exact."""
-    monkeypatch.setattr(forward, "TILE_LOOP", loop)
+@pytest.mark.parametrize("rows,dq_rows,dkdv_rows", [(16, 32, 16), (16, None, 64), (64, 16, 32)])
+def test_tile_sizes(rows, dq_rows, dkdv_rows, monkeypatch):
+    """Other forward/dq/dk-dv tile sizes stay exact."""
     monkeypatch.setattr(forward, "TILE_ROWS", rows)
     monkeypatch.setattr(backward, "DQ_ROWS", dq_rows)
     monkeypatch.setattr(backward, "DKDV_ROWS", dkdv_rows)
     q, k, v = qkv(1, 8, 2, 53, 32, dtype=torch.float32, seed=16)
     do = qkv(1, 8, 2, 53, 32, dtype=torch.float32, seed=17)[0]
     check_against_reference(q, k, v, make_idx("odd", 1, 2, 53, 16, 4), 16, do)
-
-
-def test_unknown_tile_loop_rejected(monkeypatch):
-    monkeypatch.setattr(forward, "TILE_LOOP", "nope")
-    a = _args()
-    with pytest.raises(ValueError, match="TILE_LOOP"):
-        selection_forward_triton(a["q"], a["k"], a["v"], a["block_idx"], 16)
 
 
 @pytest.mark.parametrize("block_t", [1, 3, 8])
@@ -173,11 +162,9 @@ def test_special_indices_int64_scale_and_recompute():
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("loop", forward.TILE_LOOPS)
-def test_duplicate_blocks_in_one_tile_visited_once(loop, monkeypatch):
+def test_duplicate_blocks_in_one_tile_visited_once(monkeypatch):
     """Tokens of one tile select the same blocks in different slots (G = 2: 8 tokens a tile):
-    each block is visited once per tile by either loop."""
-    monkeypatch.setattr(forward, "TILE_LOOP", loop)
+    each block is visited once per tile."""
     monkeypatch.setattr(forward, "TILE_ROWS", 16)
     # Tokens of one tile select the same blocks in different slots (G = 2: 8 tokens a tile).
     B, Hq, Hkv, T, D, bs = 1, 2, 1, 40, 32, 16

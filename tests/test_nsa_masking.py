@@ -1,10 +1,10 @@
 """NSA selection forward: masked keys take no part, and a repeated block counts once.
 
-Every forward path (the token-tile kernel with either block loop, one token or many per
-tile; the block-major path; the 'auto' schedule mixing both) gets k and v with NaN or inf
-at a few key positions: keys of blocks that some rows did not select, keys inside a
-selected block but after some rows' tokens (the causal diagonal), and the last key (the
-tail of the last block lies past T). Rows that see none of them must equal the fp64 dense
+Every forward path (the token-tile kernel with one token or many per tile; the block-major
+path; the 'auto' schedule mixing both) gets k and v with NaN or inf at a few key positions:
+keys of blocks that some rows did not select, keys inside a selected block but after some
+rows' tokens (the causal diagonal), and the last key (the tail of the last block lies past
+T). Rows that see none of them must equal the fp64 dense
 reference computed on the clean inputs; rows that see a NaN must be NaN. Outputs start
 NaN-filled (`poisoned`), so an unwritten row cannot pass as a masked one.
 
@@ -49,18 +49,16 @@ CASES = {
     "G16-odd": (1, 16, 1, 40, 32, 16, 3, "odd", [39, 18], [37, 5]),
 }
 
-# (schedule, TILE_LOOP, TILE_ROWS): "auto" sets a threshold that sends tiles both ways, and
-# cuts the fix-up kernel's flag reads into many short programs.
+# (schedule, TILE_ROWS): "auto" sets a threshold that sends tiles both ways, and cuts the
+# fix-up kernel's flag reads into many short programs.
 PATHS = {
-    "tile": ("tile", "list", 64),
-    "tile-pairs": ("tile", "pairs", 64),
-    "tile-1tok": ("tile", "list", 16),
-    "blocks": ("blocks", "list", 64),
-    "auto": ("auto", "list", 16),
+    "tile": ("tile", 64),
+    "tile-1tok": ("tile", 16),
+    "blocks": ("blocks", 64),
+    "auto": ("auto", 16),
 }
 RUNS = [
     ("G4-random", "tile"),
-    ("G4-random", "tile-pairs"),
     ("G4-random", "blocks"),
     ("G4-random", "auto"),
     ("G1-odd", "tile"),
@@ -73,8 +71,7 @@ RUNS = [
 
 def use_path(name, idx, bs, S, G, schedule, monkeypatch):  # noqa: F811
     """Force one forward path (see PATHS); for "auto", check that both paths get tiles."""
-    sched, loop, rows = PATHS[name]
-    monkeypatch.setattr(forward, "TILE_LOOP", loop)
+    sched, rows = PATHS[name]
     monkeypatch.setattr(forward, "TILE_ROWS", rows)
     if sched != "auto":
         schedule(sched)
@@ -140,7 +137,7 @@ def test_nan_at_the_last_token_reaches_only_its_row(schedule, monkeypatch):  # n
         assert rel_err(o[:, :, : T - 1], ro[:, :, : T - 1]) < 1e-5
 
 
-@pytest.mark.parametrize("path", ["tile", "tile-pairs", "blocks", "auto"])
+@pytest.mark.parametrize("path", ["tile", "blocks", "auto"])
 @pytest.mark.parametrize("pattern", ["random", "odd"])
 def test_repeated_block_counts_once(path, pattern, schedule, monkeypatch):  # noqa: F811
     """A block named by several slots of one row counts once, as in the dense reference

@@ -5,7 +5,7 @@ dS = P * (do v^T - delta), dq = scale * dS k, dk = scale * dS^T q, dv = P^T do.
 
 * dq kernel: the forward's tiling and block loop (a tile of BLOCK_T tokens x G heads per
   program, each kept block visited once per tile; knobs DQ_ROWS, DQ_WARPS, DQ_STAGES and the
-  forward's TILE_LOOP). It also computes delta for its rows from o and do and stores it
+  forward's tile lists). It also computes delta for its rows from o and do and stores it
   (fp32 [B, Hq, T]) for the dk/dv kernel, so no separate pass over o and do is needed.
 * dk/dv without float atomics: block_idx is inverted into a per-(b, kv head, key block) CSR
   list of the query positions that kept the block (`invert_block_idx`: each slot becomes the
@@ -60,13 +60,13 @@ import triton.language as tl
 from . import _checks, forward
 from .forward import (
     LOG2E,
-    _next_block,
     _tile_rows,
     _tile_slots,
     launch,
     selection_forward_triton,
+    tile_block_lists,
     tile_config,
-    tile_loop_args,
+    use_for_loop,
 )
 
 # Tuning knobs, read at call time. dq: query rows per program (None: the forward's
@@ -132,44 +132,33 @@ def _dq_block(
 
 @triton.jit
 def _dq_tile(
-    K, V, IDX, LIST, COUNT, pid_t, i_bh, p_kv, b_q, b_do, b_lse, b_delta, b_j, i_s, i_t,
-    row_ok, t_last, T, NB, qk_scale, S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
+    K, V, LIST, COUNT, pid_t, i_bh, p_kv, b_q, b_do, b_lse, b_delta, b_j, i_t,
+    row_ok, t_last, qk_scale, S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_R: tl.constexpr, PREC: tl.constexpr,
-    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, SAFE: tl.constexpr, RENORM: tl.constexpr,
+    FOR_LOOP: tl.constexpr, SAFE: tl.constexpr, RENORM: tl.constexpr,
 ):  # fmt: skip
-    """The tile's loop over its blocks (TILE_LOOP): returns (dq' unscaled, rowsum P')."""
-    p_idx = IDX + i_bh.to(tl.int64) * T * S
+    """The tile's loop over the COUNT blocks of its LIST: returns (dq' unscaled, rowsum P')."""
     b_dq = tl.zeros([BLOCK_R, D], tl.float32)
     b_r = tl.zeros([BLOCK_R], tl.float32)
-    if USE_LIST:
-        o_tile = i_bh.to(tl.int64) * tl.num_programs(0) + pid_t
-        p_list = LIST + o_tile * BLOCK_T * S
-        n = tl.load(COUNT + o_tile)
-        if FOR_LOOP:
-            for i in range(0, n):
-                j = tl.load(p_list + i)
-                b_dq, b_r = _dq_block(
-                    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, b_r,
-                    t_last, qk_scale, D, BS, PREC, SAFE, RENORM,
-                )  # fmt: skip
-        else:
-            i = 0
-            while i < n:
-                j = tl.load(p_list + i)
-                b_dq, b_r = _dq_block(
-                    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, b_r,
-                    t_last, qk_scale, D, BS, PREC, SAFE, RENORM,
-                )  # fmt: skip
-                i += 1
+    o_tile = i_bh.to(tl.int64) * tl.num_programs(0) + pid_t
+    p_list = LIST + o_tile * BLOCK_T * S
+    n = tl.load(COUNT + o_tile)
+    if FOR_LOOP:
+        for i in range(0, n):
+            j = tl.load(p_list + i)
+            b_dq, b_r = _dq_block(
+                K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, b_r,
+                t_last, qk_scale, D, BS, PREC, SAFE, RENORM,
+            )  # fmt: skip
     else:
-        i_flat = ((i_t - pid_t * BLOCK_T) * S)[:, None] + i_s[None, :]
-        for f in range(0, BLOCK_T * S):
-            j, visit = _next_block(p_idx, f, pid_t * BLOCK_T, T, NB, b_j, i_flat, S, BS)
-            if visit:
-                b_dq, b_r = _dq_block(
-                    K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, b_r,
-                    t_last, qk_scale, D, BS, PREC, SAFE, RENORM,
-                )  # fmt: skip
+        i = 0
+        while i < n:
+            j = tl.load(p_list + i)
+            b_dq, b_r = _dq_block(
+                K, V, p_kv, j, b_q, b_do, b_lse, b_delta, b_j, i_t, row_ok, b_dq, b_r,
+                t_last, qk_scale, D, BS, PREC, SAFE, RENORM,
+            )  # fmt: skip
+            i += 1
     return b_dq, b_r
 
 
@@ -179,7 +168,7 @@ def _sel_bwd_dq_tile(
     T, NB, Hq, G, qk_scale, scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
-    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, SAFE: tl.constexpr, RENORM: tl.constexpr,
+    FOR_LOOP: tl.constexpr, SAFE: tl.constexpr, RENORM: tl.constexpr,
 ):  # fmt: skip
     Hkv = Hq // G
     i_b = i_bh // Hkv
@@ -198,12 +187,12 @@ def _sel_bwd_dq_tile(
     # lse in base 2; rows without keys (-inf) are never visible, a finite stand-in avoids inf.
     b_lse = tl.load(LSE + o_row // D, mask=row_ok, other=0.0) * 1.4426950408889634
     b_lse = tl.where(b_lse == float("-inf"), 0.0, b_lse)
-    b_j, i_s = _tile_slots(p_idx, i_t, T, NB, S, BS, S_PAD)
+    b_j = _tile_slots(p_idx, i_t, T, NB, S, BS, S_PAD)
     t_last = tl.minimum(pid_t * BLOCK_T + BLOCK_T - 1, T - 1)
     b_dq, b_r = _dq_tile(
-        K, V, IDX, LIST, COUNT, pid_t, i_bh, p_kv, b_q, b_do, b_lse, b_delta, b_j, i_s, i_t,
-        row_ok, t_last, T, NB, qk_scale, S, D, BS, BLOCK_T, BLOCK_T * BLOCK_G, PREC,
-        USE_LIST, FOR_LOOP, SAFE, RENORM,
+        K, V, LIST, COUNT, pid_t, i_bh, p_kv, b_q, b_do, b_lse, b_delta, b_j, i_t,
+        row_ok, t_last, qk_scale, S, D, BS, BLOCK_T, BLOCK_T * BLOCK_G, PREC,
+        FOR_LOOP, SAFE, RENORM,
     )  # fmt: skip
     if not SAFE:
         tl.store(FLAG + o_tile, _nonfinite_in(b_dq, row_ok).to(tl.int32))
@@ -228,7 +217,7 @@ def _sel_bwd_dq_kernel(
     T, NB, Hq, G, qk_scale, scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
-    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, SAFE: tl.constexpr, RENORM: tl.constexpr,
+    FOR_LOOP: tl.constexpr, SAFE: tl.constexpr, RENORM: tl.constexpr,
 ):  # fmt: skip
     """dq, delta and (RENORM) lo of one token tile.
 
@@ -248,8 +237,8 @@ def _sel_bwd_dq_kernel(
     if todo:
         _sel_bwd_dq_tile(
             Q, K, V, IDX, LIST, COUNT, O, DO, LSE, DELTA, LSE_LO, DQ, FLAG, pid_t, i_bh, o_tile,
-            T, NB, Hq, G, qk_scale, scale, S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, USE_LIST,
-            FOR_LOOP, SAFE, RENORM,
+            T, NB, Hq, G, qk_scale, scale, S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, FOR_LOOP,
+            SAFE, RENORM,
         )  # fmt: skip
 
 
@@ -484,7 +473,7 @@ def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale):
     lse_lo = _checks.new_empty(q.shape[:3], torch.float32, q.device) if renorm else None
     rows = forward.TILE_ROWS if DQ_ROWS is None else DQ_ROWS
     block_g, block_t, prec = tile_config(dims.G, q.dtype, rows)
-    lists, counts, flags = tile_loop_args(block_idx, block_size, block_t)
+    lists, counts = tile_block_lists(block_idx, block_size, block_t)
     grid = (triton.cdiv(dims.T, block_t), dims.B * dims.Hkv)
     # One int32 per tile, written by the plain launch for every tile, read by the SAFE one.
     redo = torch.empty(grid[0] * grid[1], dtype=torch.int32, device=q.device)
@@ -495,7 +484,8 @@ def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale):
             delta if lse_lo is None else lse_lo, dq, redo,
             dims.T, dims.NB, dims.Hq, dims.G, qk_scale, dims.scale,
             S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
-            BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **flags, SAFE=safe, RENORM=renorm,
+            BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(), SAFE=safe,
+            RENORM=renorm,
             num_warps=DQ_WARPS, num_stages=DQ_STAGES,
         )  # fmt: skip
     return dq, delta, lse_lo

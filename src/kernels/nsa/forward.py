@@ -15,14 +15,10 @@ per-token kernel. The softmax is the online (running max) form in fp32 over the 
 blocks, in base 2; o is written in the input dtype and lse = log(sum exp(s)) in fp32, natural
 log, -inf (with o = 0) for rows with no visible key.
 
-How a tile finds its blocks (knob TILE_LOOP):
-* "list" (default): a small kernel first writes, per tile, the sorted distinct kept blocks of
-  its BLOCK_T * S slots and their count (`tile_block_lists`). The attention loop then runs
-  over real blocks only, with no branch, so Triton can software-pipeline its K/V loads
-  (NUM_STAGES) across iterations.
-* "pairs": the loop walks all BLOCK_T * S (token, slot) pairs, loads each id, skips the pair
-  when an earlier pair of the tile produced the same block, and branches on the result. No
-  side buffer, but a serial, unpipelined loop; kept to compare against.
+How a tile finds its blocks: a small kernel first writes, per tile, the sorted distinct kept
+blocks of its BLOCK_T * S slots and their count (`tile_block_lists`). The attention loop then
+runs over real blocks only, with no branch, so Triton can software-pipeline its K/V loads
+(NUM_STAGES) across iterations.
 
 Two schedules (knob FORWARD_SCHEDULE), picked per tile on the device:
 * token-major (the tile kernel above): right when a tile's tokens share their blocks. When
@@ -79,8 +75,6 @@ NUM_WARPS = 4
 # tile holds several tokens (G < 16: 0.56 vs 0.63 ms at the seed shape, T=32768, recent),
 # three when it holds one token of 16+ heads (4.0 vs 4.5 ms at the paper shape, T=65536).
 NUM_STAGES = None
-TILE_LOOP = "list"
-TILE_LOOPS = ("list", "pairs")
 # Which tiles take the block-major path (see the module doc): "auto" = those whose count of
 # distinct kept blocks exceeds BLOCK_PATH_RATIO * S (None or 0: none), "tile" = none (no
 # block-major launch at all), "blocks" = all. With the default 2, the 'recent' pattern (at
@@ -151,25 +145,12 @@ def _kept(j, t, T, NB, BS: tl.constexpr):
 
 @triton.jit
 def _tile_slots(p_idx, i_t, T, NB, S: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr):
-    """[rows, S_PAD] kept block ids of each row's token (-1 where the slot is dropped),
-    and the slot numbers."""
+    """[rows, S_PAD] kept block ids of each row's token (-1 where the slot is dropped)."""
     i_s = tl.arange(0, S_PAD)
     mask = (i_t < T)[:, None] & (i_s < S)[None, :]
     b_j = tl.load(p_idx + i_t.to(tl.int64)[:, None] * S + i_s[None, :], mask=mask, other=-1)
     keep = _kept(b_j, i_t[:, None], T, NB, BS)
-    return tl.where(keep, b_j, -1).to(tl.int32), i_s
-
-
-@triton.jit
-def _next_block(p_idx, f, t0, T, NB, b_j, i_flat, S: tl.constexpr, BS: tl.constexpr):
-    """("pairs" loop) Block of pair f = (token t0 + f // S, slot f % S) and whether the tile
-    must visit it: kept for its token and not produced by an earlier pair."""
-    t = t0 + f // S
-    j = tl.load(p_idx + t.to(tl.int64) * S + f % S, mask=t < T, other=-1)
-    keep = _kept(j, t, T, NB, BS)
-    j = tl.where(keep, j, -1).to(tl.int32)
-    seen = tl.sum(((b_j == j) & (i_flat < f)).to(tl.int32)) > 0
-    return j, keep & (~seen)
+    return tl.where(keep, b_j, -1).to(tl.int32)
 
 
 @triton.jit
@@ -366,44 +347,33 @@ def _attend_block(
 
 @triton.jit
 def _tile_blocks(
-    K, V, LIST, COUNT, p_idx, p_kv, o_tile, pid_t, b_q, b_j, i_s, i_t, row_ok, T, NB, qk_scale,
+    K, V, LIST, COUNT, p_kv, o_tile, b_q, b_j, i_t, row_ok, T, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_G: tl.constexpr, PREC: tl.constexpr, USE_LIST: tl.constexpr,
-    FOR_LOOP: tl.constexpr, SAFE: tl.constexpr,
+    BLOCK_G: tl.constexpr, PREC: tl.constexpr, FOR_LOOP: tl.constexpr, SAFE: tl.constexpr,
 ):  # fmt: skip
-    """The online softmax of the tile over its blocks (TILE_LOOP); returns (m, l, acc).
-    SAFE: `_attend_block`'s."""
+    """The online softmax of the tile over the COUNT blocks of its LIST; returns
+    (m, l, acc). SAFE: `_attend_block`'s."""
     b_m = tl.full([BLOCK_T * BLOCK_G], float("-inf"), tl.float32)
     b_l = tl.zeros([BLOCK_T * BLOCK_G], tl.float32)
     b_acc = tl.zeros([BLOCK_T * BLOCK_G, D], tl.float32)
-    if USE_LIST:
-        p_list = LIST + o_tile * BLOCK_T * S
-        n = tl.load(COUNT + o_tile)
-        if FOR_LOOP:
-            for i in range(0, n):
-                j = tl.load(p_list + i)
-                b_m, b_l, b_acc = _attend_block(
-                    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, T, qk_scale,
-                    D, BS, PREC, SAFE,
-                )  # fmt: skip
-        else:
-            i = 0
-            while i < n:
-                j = tl.load(p_list + i)
-                b_m, b_l, b_acc = _attend_block(
-                    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, T, qk_scale,
-                    D, BS, PREC, SAFE,
-                )  # fmt: skip
-                i += 1
+    p_list = LIST + o_tile * BLOCK_T * S
+    n = tl.load(COUNT + o_tile)
+    if FOR_LOOP:
+        for i in range(0, n):
+            j = tl.load(p_list + i)
+            b_m, b_l, b_acc = _attend_block(
+                K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, T, qk_scale,
+                D, BS, PREC, SAFE,
+            )  # fmt: skip
     else:
-        i_flat = ((i_t - pid_t * BLOCK_T) * S)[:, None] + i_s[None, :]
-        for f in range(0, BLOCK_T * S):
-            j, visit = _next_block(p_idx, f, pid_t * BLOCK_T, T, NB, b_j, i_flat, S, BS)
-            if visit:
-                b_m, b_l, b_acc = _attend_block(
-                    K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, T, qk_scale,
-                    D, BS, PREC, SAFE,
-                )  # fmt: skip
+        i = 0
+        while i < n:
+            j = tl.load(p_list + i)
+            b_m, b_l, b_acc = _attend_block(
+                K, V, p_kv, j, b_q, b_j, i_t, row_ok, b_m, b_l, b_acc, T, qk_scale,
+                D, BS, PREC, SAFE,
+            )  # fmt: skip
+            i += 1
     return b_m, b_l, b_acc
 
 
@@ -412,7 +382,7 @@ def _sel_fwd_tile(
     Q, K, V, IDX, LIST, COUNT, O, LSE, FLAG, pid_t, i_bh, o_tile, T, NB, Hq, G, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
-    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, SAFE: tl.constexpr,
+    FOR_LOOP: tl.constexpr, SAFE: tl.constexpr,
 ):  # fmt: skip
     """o and lse of one token tile; unless SAFE, FLAG[o_tile] = 1 when a real row ended
     non-finite. SAFE: each row's p @ v over its visible keys only (`_attend_block`)."""
@@ -426,10 +396,10 @@ def _sel_fwd_tile(
     p_idx = IDX + i_bh.to(tl.int64) * T * S
     p_kv = i_bh.to(tl.int64) * T * D
     b_q = tl.load(Q + o_row[:, None] + i_d[None, :], mask=row_ok[:, None], other=0.0)
-    b_j, i_s = _tile_slots(p_idx, i_t, T, NB, S, BS, S_PAD)
+    b_j = _tile_slots(p_idx, i_t, T, NB, S, BS, S_PAD)
     b_m, b_l, b_acc = _tile_blocks(
-        K, V, LIST, COUNT, p_idx, p_kv, o_tile, pid_t, b_q, b_j, i_s, i_t, row_ok, T, NB,
-        qk_scale, S, D, BS, BLOCK_T, BLOCK_G, PREC, USE_LIST, FOR_LOOP, SAFE,
+        K, V, LIST, COUNT, p_kv, o_tile, b_q, b_j, i_t, row_ok, T, qk_scale,
+        S, D, BS, BLOCK_T, BLOCK_G, PREC, FOR_LOOP, SAFE,
     )  # fmt: skip
     # No visible key: l = 0 (a NaN l, from a visible NaN key, stays NaN in o and lse).
     no_key = b_l == 0
@@ -448,7 +418,7 @@ def _sel_fwd_kernel(
     T, NB, Hq, G, qk_scale, MIN_BLOCKS,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
-    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, SKIP_BLOCK_TILES: tl.constexpr,
+    FOR_LOOP: tl.constexpr, SKIP_BLOCK_TILES: tl.constexpr,
 ):  # fmt: skip
     """One token tile (see the module doc). SKIP_BLOCK_TILES: return at once when the tile's
     distinct block count COUNT exceeds MIN_BLOCKS (the block-major path owns its rows).
@@ -462,7 +432,7 @@ def _sel_fwd_kernel(
     if todo:
         _sel_fwd_tile(
             Q, K, V, IDX, LIST, COUNT, O, LSE, FLAG, pid_t, i_bh, o_tile, T, NB, Hq, G,
-            qk_scale, S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, USE_LIST, FOR_LOOP, False,
+            qk_scale, S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, FOR_LOOP, False,
         )  # fmt: skip
 
 
@@ -472,7 +442,7 @@ def _sel_fwd_fix_kernel(
     T, NB, Hq, G, qk_scale, N_TILES,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
-    USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, FIX: tl.constexpr,
+    FOR_LOOP: tl.constexpr, FIX: tl.constexpr,
 ):  # fmt: skip
     """Tiles pid * FIX .. pid * FIX + FIX - 1 of one (b, kv head): each flagged one (FLAG,
     from either path) is redone on the token-tile path with SAFE products. One vector load
@@ -489,7 +459,7 @@ def _sel_fwd_fix_kernel(
                 _sel_fwd_tile(
                     Q, K, V, IDX, LIST, COUNT, O, LSE, FLAG, pid_t, i_bh,
                     i_bh.to(tl.int64) * N_TILES + pid_t, T, NB, Hq, G, qk_scale,
-                    S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, USE_LIST, FOR_LOOP, True,
+                    S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, FOR_LOOP, True,
                 )  # fmt: skip
             i += 1
 
@@ -513,22 +483,6 @@ def tile_config(G, dtype, rows):
     block_t = max(1, rows // block_g)
     prec = "ieee" if dtype == torch.float32 else "tf32"
     return block_g, block_t, prec
-
-
-def tile_loop_args(block_idx, block_size, block_t, hist=None, min_blocks=0, nonfinite=None):
-    """Kernel arguments that pick the loop: (LIST, COUNT, constexpr flags) for TILE_LOOP.
-    With `hist` (see `tile_block_lists`) the tile lists and counts are built whatever the loop,
-    since the block-major path needs the counts. `nonfinite` (the forward's per-tile flags,
-    int32 [B * Hkv, n_tiles]) is zero-filled: by the tile-list kernel when it runs."""
-    if TILE_LOOP not in TILE_LOOPS:
-        raise ValueError(f"TILE_LOOP must be one of {TILE_LOOPS}, got {TILE_LOOP!r}")
-    flags = dict(USE_LIST=TILE_LOOP == "list", FOR_LOOP=use_for_loop())
-    if TILE_LOOP == "list" or hist is not None:
-        lists = tile_block_lists(block_idx, block_size, block_t, hist, min_blocks, flags=nonfinite)
-        return (*lists, flags)
-    if nonfinite is not None:
-        nonfinite.zero_()
-    return block_idx, block_idx, flags  # unused pointers
 
 
 def block_path_bytes(dims, element_size):
@@ -606,8 +560,8 @@ def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_
         hist = torch.zeros(dims.B * dims.Hkv, n_lists, dtype=torch.int32, device=q.device)
     grid = (triton.cdiv(dims.T, block_t), dims.B * dims.Hkv)
     flags = torch.empty(grid[1], grid[0], dtype=torch.int32, device=q.device)
-    lists, counts, loop = tile_loop_args(
-        block_idx, block_size, block_t, hist, min_blocks or 0, nonfinite=flags
+    lists, counts = tile_block_lists(
+        block_idx, block_size, block_t, hist, min_blocks or 0, flags=flags
     )  # fmt: skip
     qk_scale = dims.scale * LOG2E
     main = torch.cuda.current_stream(q.device) if side is not None else None
@@ -618,7 +572,7 @@ def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_
             _sel_fwd_kernel, grid, q, k, v, block_idx, lists, counts, o, lse, flags,
             dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,
             S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
-            BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **loop,
+            BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(),
             SKIP_BLOCK_TILES=hist is not None,
             num_warps=NUM_WARPS, num_stages=forward_stages(block_t),
         )  # fmt: skip
@@ -635,7 +589,7 @@ def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_
         q, k, v, block_idx, lists, counts, o, lse, flags,
         dims.T, dims.NB, dims.Hq, dims.G, qk_scale, grid[0],
         S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
-        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **loop, FIX=FIX_TILES,
+        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(), FIX=FIX_TILES,
         num_warps=NUM_WARPS, num_stages=1,
     )  # fmt: skip
     return (o, lse) if return_lse else o

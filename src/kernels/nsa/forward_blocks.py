@@ -44,10 +44,9 @@ CUDA graph):
 5. `_combine_kernel`, per block-handled tile: for each row, the partials of its kept slots
    (those with a finite lse_part: a dropped slot's -inf from step 3 keeps its unwritten
    partial from being read), in slot order: with M = max lse_s and w_s = exp2(lse_s - M),
-   o = sum_s w_s o_part_s / sum_s w_s and lse = (M + log2 sum_s w_s) ln 2. By default
-   (COMBINE_TWO_PASS) every slot's lse is read first, so M and the weights are known before
-   the partials are read, all at once; otherwise M is a running max and the sums are
-   rescaled when it grows. Rows with no kept slot get o = 0 and lse = -inf, as on the
+   o = sum_s w_s o_part_s / sum_s w_s and lse = (M + log2 sum_s w_s) ln 2. Every slot's lse
+   is read first, so M and the weights are known before the partials are read, all at once
+   (no running max, no rescaling). Rows with no kept slot get o = 0 and lse = -inf, as on the
    token-tile path. The combine also sets the tile's entry of the forward's FLAG to 1 when
    a real row ends non-finite.
 
@@ -103,22 +102,11 @@ COMBINE_WAVES = 1
 PREFIX_BLOCK = 4096
 LIST_WINDOW = 4096
 FILL_WARPS = 2
-# Whether the combine reads every slot's lse before any partial (`_combine_tile`).
-# On: 127 registers per thread, one 16-warp program per SM with all of a tile's partial
-# loads in flight; off: 57, two programs per SM, one slot's loads at a time. Measured
-# (docs/perf/nsa.md, v12): combine 0.378 -> 0.335 ms, random forward 1.229 -> 1.182 ms.
-# With one program per SM resident, COMBINE_WAVES = 1 (132 programs walking the tiles)
-# measured best: 0.334 -> 0.315 ms, and the 'recent' pattern's count-only pass 4 us less.
-COMBINE_TWO_PASS = True
 # Largest sort key the fill kernel keeps in 32 bits ((NB + 1) * padded slots per tile), and
 # largest per-row offset the partial kernel keeps in 32 bits (T * S * padded group * D);
 # past them, 64 bits.
 FILL_KEY32_MAX = 2**31 - 1
 PARTIAL_OFF32_MAX = 2**31 - 1
-# Whether each partial-kernel iteration reads the next chunk's list places and code before
-# computing its own (`_partial_kernel`): the next chunk's gathers then need not wait for
-# them. Measured (docs/perf/nsa.md, v13): partial kernel 0.68 -> 0.61 ms at 128 rows.
-PARTIAL_PREFETCH = True
 # Whether the partial kernel takes 1 / l and log2(l) from the special-function unit's
 # approximations (compiled kernels only), and the eviction policy of its partial-o stores
 # (written once, read once by the combine: evict_first leaves L2 to the window's q rows).
@@ -299,19 +287,15 @@ def _partial_step(
     T, G, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
     BLOCK_G: tl.constexpr, PREC: tl.constexpr, SCALE_POS: tl.constexpr, OFF64: tl.constexpr,
-    EVEN_G: tl.constexpr, FAST: tl.constexpr, EVICT: tl.constexpr, PREFETCH: tl.constexpr,
+    EVEN_G: tl.constexpr, FAST: tl.constexpr, EVICT: tl.constexpr,
 ):  # fmt: skip
     """Chunk c of `_partial_kernel`'s loop; returns the places and code the next step takes.
-    PREFETCH: i_slot and b_code are chunk c's, read by the step before, and chunk
-    c + n_prog's are read here before chunk c computes. Otherwise chunk c's are read here
-    (the arguments go unused) and returned."""
-    if PREFETCH:
-        i_next, code_next = _chunk_entries(
-            COL, CODE, c + n_prog, o_list, o_code, n_chunks, CHUNK, BLOCK_G
-        )
-    else:
-        i_slot, b_code = _chunk_entries(COL, CODE, c, o_list, o_code, n_chunks, CHUNK, BLOCK_G)
-        i_next, code_next = i_slot, b_code
+    i_slot and b_code are chunk c's, read by the step before, and chunk c + n_prog's are
+    read here before chunk c computes, so that the next chunk's gathers need not wait for
+    them."""
+    i_next, code_next = _chunk_entries(
+        COL, CODE, c + n_prog, o_list, o_code, n_chunks, CHUNK, BLOCK_G
+    )
     _partial_chunk(
         Q, K, V, PART_O, PART_L, i_slot, b_code, T, G, qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC,
         SCALE_POS, OFF64, EVEN_G, FAST, EVICT,
@@ -325,13 +309,13 @@ def _partial_kernel(
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
     BLOCK_G: tl.constexpr, PREC: tl.constexpr, SCALE_POS: tl.constexpr, STAGES: tl.constexpr,
     PIPELINED: tl.constexpr, OFF64: tl.constexpr, EVEN_G: tl.constexpr,
-    PREFETCH: tl.constexpr, FAST: tl.constexpr, EVICT: tl.constexpr,
+    FAST: tl.constexpr, EVICT: tl.constexpr,
 ):  # fmt: skip
     """Chunks pid, pid + num_programs, ... of the lists of one (b, kv head) (step 4).
     PIPELINED: a `tl.range` loop that Triton software-pipelines over STAGES; otherwise
     (the interpreter, which cannot run `tl.range` over a loaded bound) a `while` loop over
-    the same chunks. PREFETCH: each iteration reads the next chunk's list places and code
-    before it computes its own, so the next chunk's gathers need not wait for them."""
+    the same chunks. Each iteration reads the next chunk's list places and code before it
+    computes its own, so the next chunk's gathers need not wait for them."""
     pid = tl.program_id(0)
     i_bh = tl.program_id(1)
     n_prog = tl.num_programs(0)
@@ -352,7 +336,7 @@ def _partial_kernel(
             i_slot, b_code = _partial_step(
                 Q, K, V, COL, CODE, PART_O, PART_L, c, n_prog, i_slot, b_code, o_list, o_code,
                 n_chunks, T, G, qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC, SCALE_POS, OFF64,
-                EVEN_G, FAST, EVICT, PREFETCH,
+                EVEN_G, FAST, EVICT,
             )  # fmt: skip
     else:
         c = pid
@@ -360,7 +344,7 @@ def _partial_kernel(
             i_slot, b_code = _partial_step(
                 Q, K, V, COL, CODE, PART_O, PART_L, c, n_prog, i_slot, b_code, o_list, o_code,
                 n_chunks, T, G, qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC, SCALE_POS, OFF64,
-                EVEN_G, FAST, EVICT, PREFETCH,
+                EVEN_G, FAST, EVICT,
             )  # fmt: skip
             c += n_prog
 
@@ -369,58 +353,36 @@ def _partial_kernel(
 def _combine_tile(
     PART_O, PART_L, O, LSE, FLAG, pid_t, i_bh, T, Hq, G, o_tile,
     S: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr,
-    TWO_PASS: tl.constexpr,
 ):  # fmt: skip
     """o and lse of the rows of one block-handled tile from their slots' partials (step 5),
     slot by slot in a fixed order. A slot is kept when its lse is not -inf (the fill kernel
     wrote -inf for the dropped ones; a NaN, an lse nobody wrote in a poisoned test buffer,
-    counts as kept and shows). One pass: a running max as in the online softmax, each
-    slot's weight known when its partial arrives. TWO_PASS: every slot's lse first (small
-    loads, all issued at once), so the max and the weights are known before any partial is
-    read, and the sum over slots needs no rescaling."""
+    counts as kept and shows). Every slot's lse first (small loads, all issued at once), so
+    the max and the weights are known before any partial is read, and the sum over slots
+    needs no rescaling."""
     Hkv = Hq // G
     i_t, i_g, row_ok = _tile_rows(pid_t, T, G, BLOCK_T, BLOCK_G)
     i_d = tl.arange(0, D)
     o_row = (((i_bh // Hkv) * Hq + (i_bh % Hkv) * G + i_g).to(tl.int64) * T + i_t) * D
     o_slot0 = i_bh.to(tl.int64) * T * S + i_t * S  # flat slot index of each row's slot 0
-    if TWO_PASS:
-        b_kept = ()
-        b_lse = ()
-        b_m = tl.full([BLOCK_T * BLOCK_G], float("-inf"), tl.float32)
-        for s in tl.static_range(S):
-            # Only kept slots were given a partial: the others are never read.
-            b_ls = tl.load(PART_L + (o_slot0 + s) * G + i_g, mask=row_ok, other=float("-inf"))
-            b_kept = b_kept + (b_ls != float("-inf"),)
-            b_lse = b_lse + (b_ls,)
-            b_m = tl.maximum(b_m, b_ls)
-        m_safe = tl.where(b_m == float("-inf"), 0.0, b_m)  # rows with no kept slot
-        b_l = tl.zeros([BLOCK_T * BLOCK_G], tl.float32)
-        b_acc = tl.zeros([BLOCK_T * BLOCK_G, D], tl.float32)
-        for s in tl.static_range(S):
-            b_w = tl.exp2(b_lse[s] - m_safe)  # 0 for dropped slots
-            p_o = PART_O + ((o_slot0 + s) * G + i_g)[:, None] * D + i_d[None, :]
-            b_o = tl.load(p_o, mask=b_kept[s][:, None], other=0.0).to(tl.float32)
-            b_l += b_w
-            b_acc += b_w[:, None] * b_o
-    else:
-        b_m = tl.full([BLOCK_T * BLOCK_G], float("-inf"), tl.float32)
-        b_l = tl.zeros([BLOCK_T * BLOCK_G], tl.float32)
-        b_acc = tl.zeros([BLOCK_T * BLOCK_G, D], tl.float32)
-        for s in tl.static_range(S):
-            # Only kept slots were given a partial: the others are never read.
-            o_part = (o_slot0 + s) * G + i_g
-            b_ls = tl.load(PART_L + o_part, mask=row_ok, other=float("-inf"))
-            kept = b_ls != float("-inf")
-            p_o = PART_O + o_part[:, None] * D + i_d[None, :]
-            b_o = tl.load(p_o, mask=kept[:, None], other=0.0).to(tl.float32)
-            m_new = tl.maximum(b_m, b_ls)
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no kept slot yet
-            alpha = tl.exp2(b_m - m_safe)
-            b_w = tl.exp2(b_ls - m_safe)  # 0 for dropped slots
-            b_l = b_l * alpha + b_w
-            b_acc = b_acc * alpha[:, None] + b_w[:, None] * b_o
-            b_m = m_new
-        m_safe = b_m
+    b_kept = ()
+    b_lse = ()
+    b_m = tl.full([BLOCK_T * BLOCK_G], float("-inf"), tl.float32)
+    for s in tl.static_range(S):
+        # Only kept slots were given a partial: the others are never read.
+        b_ls = tl.load(PART_L + (o_slot0 + s) * G + i_g, mask=row_ok, other=float("-inf"))
+        b_kept = b_kept + (b_ls != float("-inf"),)
+        b_lse = b_lse + (b_ls,)
+        b_m = tl.maximum(b_m, b_ls)
+    m_safe = tl.where(b_m == float("-inf"), 0.0, b_m)  # rows with no kept slot
+    b_l = tl.zeros([BLOCK_T * BLOCK_G], tl.float32)
+    b_acc = tl.zeros([BLOCK_T * BLOCK_G, D], tl.float32)
+    for s in tl.static_range(S):
+        b_w = tl.exp2(b_lse[s] - m_safe)  # 0 for dropped slots
+        p_o = PART_O + ((o_slot0 + s) * G + i_g)[:, None] * D + i_d[None, :]
+        b_o = tl.load(p_o, mask=b_kept[s][:, None], other=0.0).to(tl.float32)
+        b_l += b_w
+        b_acc += b_w[:, None] * b_o
     # No kept slot: l = 0 (a NaN l, from a partial that saw a NaN key, stays NaN).
     no_key = b_l == 0
     b_l = tl.where(no_key, 1.0, b_l)
@@ -435,7 +397,6 @@ def _combine_tile(
 def _combine_kernel(
     COUNT, PART_O, PART_L, O, LSE, FLAG, T, Hq, G, MIN_BLOCKS, N_TILES,
     S: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr,
-    TWO_PASS: tl.constexpr,
 ):  # fmt: skip
     """Tiles pid, pid + num_programs, ... of one (b, kv head): the block-handled ones are
     combined, the others skipped (persistent programs: on the 'recent' pattern no tile is
@@ -452,7 +413,7 @@ def _combine_kernel(
         if n > MIN_BLOCKS:
             _combine_tile(
                 PART_O, PART_L, O, LSE, FLAG, pid_t, i_bh, T, Hq, G,
-                i_bh.to(tl.int64) * N_TILES + pid_t, S, D, BLOCK_T, BLOCK_G, TWO_PASS,
+                i_bh.to(tl.int64) * N_TILES + pid_t, S, D, BLOCK_T, BLOCK_G,
             )  # fmt: skip
         n = n_next
         pid_t = nxt
@@ -558,7 +519,7 @@ def block_major_forward(
         STAGES=PARTIAL_STAGES,
         PIPELINED=not interpreted,
         OFF64=dims.T * dims.S * block_g * dims.D > PARTIAL_OFF32_MAX, EVEN_G=dims.G == block_g,
-        PREFETCH=PARTIAL_PREFETCH, FAST=PARTIAL_FAST_MATH and not interpreted,
+        FAST=PARTIAL_FAST_MATH and not interpreted,
         EVICT=PARTIAL_STORE_EVICT,
         num_warps=PARTIAL_WARPS,
     )  # fmt: skip
@@ -568,6 +529,6 @@ def block_major_forward(
         n_comb = min(n_tiles, triton.cdiv(COMBINE_WAVES * _multiprocessors(q.device), BH))
     _combine_kernel[(n_comb, BH)](
         counts, part_o, part_l, o, lse, flags, dims.T, dims.Hq, dims.G, min_blocks, n_tiles,
-        S=dims.S, D=dims.D, BLOCK_T=block_t, BLOCK_G=block_g, TWO_PASS=COMBINE_TWO_PASS,
+        S=dims.S, D=dims.D, BLOCK_T=block_t, BLOCK_G=block_g,
         num_warps=COMBINE_WARPS,
     )  # fmt: skip
