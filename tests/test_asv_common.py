@@ -204,3 +204,185 @@ def test_asv_check_in_this_interpreter():
     out = subprocess.run([sys.executable, "-m", "asv", "check", "-E", "existing:same"],
                          cwd=ROOT, env=env, capture_output=True, text=True)  # fmt: skip
     assert out.returncode == 0 and "No problems found" in out.stdout, out.stdout + out.stderr
+
+
+# ---------------------------------------------------------------- suites as asv lists them
+
+# Every mode's benchmarks by asv_runner's own discovery (what `asv run` records): name,
+# params (asv's strings) and version; and the view's selection through asv's own filter
+# (asv.benchmarks.Benchmarks, which matches -b against "name(param, ...)" and runs one
+# process per selected parameter combination). One process lists every mode:
+# benchmarks/common.py reads the mode at import, so the suite's modules are dropped from
+# sys.modules between modes.
+LIST_SUITES = r"""
+import json, os, sys
+from types import SimpleNamespace
+from asv.benchmarks import Benchmarks
+from asv_runner.discovery import disc_benchmarks
+sys.path.insert(0, os.getcwd())
+modes = {"smoke": {"ATTNBENCH_SMOKE": "1", "ATTNBENCH_SUITE": "default"},
+         "default": {"ATTNBENCH_SMOKE": "0", "ATTNBENCH_SUITE": "default"},
+         "nightly": {"ATTNBENCH_SMOKE": "0", "ATTNBENCH_SUITE": "nightly"},
+         "view": {"ATTNBENCH_SMOKE": "0", "ATTNBENCH_SUITE": "view"},
+         "smoke-view": {"ATTNBENCH_SMOKE": "1", "ATTNBENCH_SUITE": "view"}}
+out = {}
+for mode, env in modes.items():
+    os.environ.update(env)
+    for name in [m for m in sys.modules if m == "benchmarks" or m.startswith("benchmarks.")]:
+        del sys.modules[name]
+    from benchmarks import nsa
+    benches = [{"name": b.name, "params": [list(p) for p in b.params], "version": str(b.version)}
+               for b in disc_benchmarks("benchmarks")]
+    conf = SimpleNamespace(benchmark_dir="benchmarks")
+    selected = Benchmarks(conf, benches, regex=nsa.VIEW_BENCHMARKS)
+    out[mode] = {"benchmarks": sorted(benches, key=lambda b: b["name"]),
+                 "view_selection": {k: len(v) if v is not None else 1
+                                    for k, v in selected.benchmark_selection.items()
+                                    if k in selected}}
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def suites():
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("ATTNBENCH_", "TRITON_"))}
+    res = subprocess.run([sys.executable, "-c", LIST_SUITES], cwd=ROOT, env=clean,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-4000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+GATED = [["4096", "32768"], ["'triton'"], ["'seed'", "'paper'"], ["'recent'", "'random'"]]
+AUTOGRAD = [["4096", "32768"], ["'triton'"], ["'seed'"], ["'recent'", "'random'"]]
+SEED_BACKWARD = [["512", "1024", "2048"], ["'triton'"], ["'seed'"], ["'recent'"]]
+# The default suite's NSA benchmarks (the history on main and the PR gate): names, params and
+# versions. The view suite was added without changing any of them.
+DEFAULT_NSA = {
+    **{
+        f"nsa.{cls}.{method}": (GATED, "1")
+        for cls in ("NsaForward", "NsaBackward")
+        for method in ("track_time", "track_time_eager", "track_time_host", "track_peak_vram_bytes")
+    },  # fmt: skip
+    "nsa.NsaAutograd.track_time_eager": (AUTOGRAD, "1"),
+    "nsa.NsaAutograd.track_time_host": (AUTOGRAD, "1"),
+    **{
+        f"nsa.NsaSeedBackward.{m}": (SEED_BACKWARD, "1")
+        for m in ("track_time", "track_time_eager", "track_time_host")
+    },  # fmt: skip
+}
+# sha256 of the nightly and smoke suites' NSA and common benchmarks (`_digest`), as they
+# were when the view suite was added: a change to them shows here.
+PINNED_DIGESTS = {
+    "nightly": "9490b9f823e3dfbcb3bebd8d967d36b670d98986eb7659c7a0c04a764c8b793b",
+    "smoke": "b5241e3cf81fa8c45a5c0fdccb65ea089f811ad44ca3a3c2f7bfcc2058921bf3",
+}
+
+
+def _digest(benches):
+    """sha256 of the NSA and common.* entries' [name, params, version], sorted by name."""
+    import hashlib
+
+    rows = [[b["name"], b["params"], b["version"]] for b in benches
+            if b["name"].startswith(("nsa.", "common."))]  # fmt: skip
+    return hashlib.sha256(json.dumps(sorted(rows)).encode()).hexdigest()
+
+
+def test_default_and_nightly_suites_are_pinned(suites):
+    default = {b["name"]: (b["params"], b["version"]) for b in suites["default"]["benchmarks"]}
+    nsa_common = {k: v for k, v in default.items() if k.startswith(("nsa.", "common."))}
+    assert nsa_common == DEFAULT_NSA
+    for mode, digest in PINNED_DIGESTS.items():
+        assert _digest(suites[mode]["benchmarks"]) == digest, mode
+
+
+def test_view_suite_grid_and_process_count(suites):
+    """The view: NsaForward and NsaBackward x {seed, paper} x {recent, random} x seq_len
+    512..32768 x {triton, reference}; the graph figure for the kernel only, no host figure;
+    the -b selection runs the reference on one pattern. 224 processes (docs/benchmarks.md):
+    within the main job's budget of about 250 (15 min on an H200, 1.5-3 s a process)."""
+    view = {b["name"]: b["params"] for b in suites["view"]["benchmarks"]}
+    seq = [str(T) for T in (512, 1024, 2048, 4096, 8192, 16384, 32768)]
+    presets, patterns = ["'seed'", "'paper'"], ["'recent'", "'random'"]
+    for cls in ("NsaForward", "NsaBackward"):
+        for method in ("track_time_eager", "track_peak_vram_bytes"):
+            assert view[f"nsa.{cls}.{method}"] == [seq, ["'triton'", "'reference'"], presets,
+                                                   patterns]  # fmt: skip
+        assert view[f"nsa.{cls}.track_time"] == [seq, ["'triton'"], presets, patterns]
+        assert f"nsa.{cls}.track_time_host" not in view
+    selection = suites["view"]["view_selection"]
+    per_class = {"track_time": 28, "track_time_eager": 42, "track_peak_vram_bytes": 42}
+    assert selection == {f"nsa.{cls}.{method}": n for cls in ("NsaForward", "NsaBackward")
+                         for method, n in per_class.items()}  # fmt: skip
+    assert sum(selection.values()) == 224 <= 250
+    # Smoke: the smoke sizes, two seq_lens, one pattern; the reference runs there.
+    smoke = suites["smoke-view"]["view_selection"]
+    assert sum(smoke.values()) == 20
+    smoke_eager = {b["name"]: b["params"] for b in suites["smoke-view"]["benchmarks"]}
+    assert smoke_eager["nsa.NsaForward.track_time_eager"] == [["40", "80"], ["'triton'",
+                                                              "'reference'"], ["'tiny-seed'"],
+                                                             ["'random'"]]  # fmt: skip
+    # Nothing else runs in the view: asv's filter selects no other benchmark.
+    assert suites["default"]["view_selection"].keys() <= selection.keys()
+
+
+def test_view_selection_regex():
+    """VIEW_BENCHMARKS against asv's names: every kernel point, the reference on its one
+    pattern, the three figures, nothing else (no `$`: asv matches "name(params)")."""
+    import re
+
+    from benchmarks import nsa
+
+    sel = re.compile(nsa.VIEW_BENCHMARKS)
+    ref = nsa.VIEW_REFERENCE_PATTERN
+    other = "x" + ref  # any other pattern's name
+    for cls in ("NsaForward", "NsaBackward"):
+        for method in ("track_time", "track_time_eager", "track_peak_vram_bytes"):
+            name = f"nsa.{cls}.{method}"
+            assert sel.search(f"{name}(512, 'triton', 'seed', '{other}')")
+            assert sel.search(f"{name}(32768, 'reference', 'paper', '{ref}')")
+            assert not sel.search(f"{name}(512, 'reference', 'seed', '{other}')")
+        assert not sel.search(f"nsa.{cls}.track_time_host(512, 'triton', 'seed', '{ref}')")
+    assert not sel.search(f"nsa.NsaAutograd.track_time_eager(4096, 'triton', 'seed', '{ref}')")
+    assert not sel.search("kda.KdaVerify.track_time(1, 'fused', 'safe', 'H8-HV8')")
+
+
+VIEW_OOM = r"""
+import json, math, os, sys, torch
+from types import SimpleNamespace
+sys.path.insert(0, os.getcwd())
+from benchmarks import nsa
+
+def oom(*args, **kwargs):
+    raise torch.OutOfMemoryError("CUDA out of memory (test)")
+
+out = {}
+for cls in (nsa.NsaForward, nsa.NsaBackward):
+    b, point = cls(), (40, "reference", "tiny-seed", "random")
+    b.setup(*point)
+    b.api = SimpleNamespace(**{**vars(b.api), "selection_forward_reference": oom})
+    if cls is nsa.NsaForward:
+        b.prepare()
+    out[cls.__name__] = [b.track_time_eager(*point), b.track_peak_vram_bytes(*point)]
+print(json.dumps(out))
+"""
+
+
+def test_view_reference_oom_is_na_out_of_memory(tmp_path):
+    """In the view suite the reference's eager figure (new there) and its peak VRAM record
+    NaN and an out-of-memory line when the dense reference runs out of memory."""
+    from ci import na_reasons
+
+    log = na_reasons.log_path(tmp_path, "m-view")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("ATTNBENCH_", "TRITON_"))}
+    env = {**clean, "ATTNBENCH_SMOKE": "1", "ATTNBENCH_SUITE": "view",
+           common.NA_LOG_ENV: str(log), "ASV_COMMIT": "a" * 40}  # fmt: skip
+    res = subprocess.run([sys.executable, "-c", VIEW_OOM], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-4000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1], parse_constant=float)
+    assert all(math.isnan(v) for values in got.values() for v in values), got
+    oom = na_reasons.load_oom(log)
+    params = asv_strings((40, "reference", "tiny-seed", "random"))
+    for cls in ("NsaForward", "NsaBackward"):
+        for method in ("track_time_eager", "track_peak_vram_bytes"):
+            assert na_reasons.is_oom(oom, "a" * 40, f"nsa.{cls}.{method}", params), (cls, method)

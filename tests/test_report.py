@@ -441,3 +441,170 @@ def test_shapes_agree_with_the_suite():
     ours = [report.kda_verify_bytes(B, f"H8-HV{hv}", m) for B in (1, 3) for hv in (8, 16)
             for m in ["unfused", "unfused+ring", "fused", "fused+ring"]]  # fmt: skip
     assert ours == gpu
+
+
+# ---------------------------------------------------------------- the view suite (seed's view)
+
+VIEW_SEQ = [512, 1024, 2048, 4096]
+VIEW_PATTERNS = ["recent", "random"]
+
+
+def _view_results(tmp_path, oom=True):
+    """Result files as the view suite writes them (scripts/main.sh, ATTNBENCH_SUITE=view):
+    the kernel's graph figure on both patterns; eager and peak VRAM for the kernel on both
+    patterns and for the reference on "recent" only (the -b selection leaves the reference's
+    "random" points out, and asv stores NaN there). The reference runs out of memory at
+    4096 (logged when `oom`)."""
+    res = tmp_path / "results"
+    graph = {512: 1e-4, 1024: 1e-4, 2048: 2e-4, 4096: 4e-4}
+    eager = {512: 2e-4, 1024: 3e-4, 2048: 5e-4, 4096: 9e-4}
+    ref_eager = {512: 5e-5, 1024: 2e-4, 2048: 8e-4, 4096: NAN}
+    ref_bytes = {512: 2e8, 1024: 8e8, 2048: 3.2e9, 4096: NAN}
+
+    def values(kernel, ref):
+        out = []  # asv's order: itertools.product(seq_len, impl, preset, pattern)
+        for T in VIEW_SEQ:
+            for impl in ("triton", "reference"):
+                for pattern in VIEW_PATTERNS:
+                    if impl == "triton":
+                        out.append(kernel[T])
+                    else:
+                        out.append(ref[T] if pattern == "recent" else NAN)
+        return out
+
+    full = [VIEW_SEQ, ["triton", "reference"], ["seed"], VIEW_PATTERNS]
+    kernel_only = [VIEW_SEQ, ["triton"], ["seed"], VIEW_PATTERNS]
+    data = {}
+    for cls in ("nsa.NsaForward", "nsa.NsaBackward"):
+        data[f"{cls}.track_time"] = _entry(kernel_only, [graph[T] for T in VIEW_SEQ for _ in "ab"])
+        data[f"{cls}.track_time_eager"] = _entry(full, values(eager, ref_eager))
+        data[f"{cls}.track_peak_vram_bytes"] = _entry(full, values({T: 1e8 for T in VIEW_SEQ},
+                                                                   ref_bytes))  # fmt: skip
+    _write(res, "gpu-view", "aaaaaaaa-virtualenv-py3.12.json", {
+        "commit_hash": "a" * 40, "date": 1, "result_columns": COLUMNS, "results": data,
+    })  # fmt: skip
+    if oom:
+        log = na_reasons.log_path(res, "gpu-view")
+        for cls in ("nsa.NsaForward", "nsa.NsaBackward"):
+            for method in ("track_time_eager", "track_peak_vram_bytes"):
+                params = ["4096", "'reference'", "'seed'", "'recent'"]
+                na_reasons.record_oom(log, "a" * 40, f"{cls}.{method}", params)
+    return res
+
+
+def _legend(ax):
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_view_throughput_is_drawn_from_the_eager_figure(tmp_path):
+    """Tokens/s of the view: the kernel's and the reference's eager figures (what the seed
+    measures) are the tabled and drawn lines, the crossover is the eager one, and the graph
+    replay is drawn beside it with its own crossover."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    res = _view_results(tmp_path)
+    out = tmp_path / "out"
+    report.build(res, out, title="The seed's view at HEAD")
+    rows = list(csv.DictReader(open(out / "nsa_forward.csv")))
+    recent = {int(r["seq_len"]): r for r in rows if r["pattern"] == "recent"}
+    assert math.isclose(float(recent[512]["ref_eager_ms"]), 0.05)
+    assert math.isclose(float(recent[512]["ref_eager_tok_s"]), 512 / 5e-5)
+    assert math.isclose(float(recent[2048]["kernel_eager_tok_s"]), 2048 / 5e-4)
+    assert recent[512]["ref_ms"] == ""  # the view times the reference eagerly only
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("# The seed's view at HEAD: machine gpu-view")
+    # graph replay: the kernel wins from 1024; eager (the seed's figure): from 2048
+    assert "crossover at seq_len 1024 (graph replay), at seq_len 2048 (eager)" in summary
+    table = report.nsa_table(report.Results(res), report.NSA["forward"])
+    assert report.crossover(table, "kernel_eager_tok_s") == 2048
+    assert report.crossover(table) == 1024
+    fig, ax = plt.subplots()
+    report.draw_panel(ax, table, "tok_s", "throughput (tokens/s)", "t")
+    labels = _legend(ax)
+    for label in ("kernel (Triton) eager, recent", "kernel (Triton) graph replay, recent",
+                  "reference (dense O(T^2)) eager", "kernel wins (eager) from seq_len 2048",
+                  "kernel wins (graph replay) from seq_len 1024"):  # fmt: skip
+        assert label in labels, labels
+    lines = {line.get_label(): line for line in ax.lines}
+    eager_line = lines["kernel (Triton) eager, recent"]
+    assert list(eager_line.get_xdata()) == VIEW_SEQ
+    assert eager_line.get_ydata()[0] == pytest.approx(512 / 2e-4)
+    graph_line = lines["kernel (Triton) graph replay, recent"]
+    assert graph_line.get_ydata()[0] == pytest.approx(512 / 1e-4)
+    assert graph_line.get_linestyle() != eager_line.get_linestyle()  # a second line style
+    ref_line = lines["reference (dense O(T^2)) eager"]
+    assert list(ref_line.get_xdata()) == [512, 1024, 2048]  # none where it ran out of memory
+    assert ref_line.get_ydata()[1] == pytest.approx(1024 / 2e-4)
+    assert "reference (dense O(T^2)), track_time" not in labels  # nothing stored to draw
+    plt.close(fig)
+
+
+def test_view_reference_row_is_lent_to_the_other_pattern(tmp_path):
+    """The view runs the reference on one pattern: the other pattern's rows borrow its
+    figures, and its out-of-memory reason (not the "skipped" NaN the selection left)."""
+    rows = report.nsa_table(report.Results(_view_results(tmp_path)), report.NSA["backward"])
+    random = {r["seq_len"]: r for r in rows if r["pattern"] == "random"}
+    assert random[1024]["ref_eager_ms"] == pytest.approx(0.2)
+    assert random[1024]["ref_vram_gb"] == pytest.approx(0.8)
+    assert [random[T]["ref_na"] for T in VIEW_SEQ] == ["", "", "", "out-of-memory"]
+    assert [random[T]["kernel_na"] for T in VIEW_SEQ] == [""] * 4
+
+
+def test_view_oom_ceiling_only_where_recorded(tmp_path):
+    """Peak VRAM vs seq_len is log-log, kernel vs reference; the reference's OOM ceiling is
+    marked where the OOM log holds it, and without the log the same NaNs are "skipped"."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for oom in (True, False):
+        res = _view_results(tmp_path / str(oom), oom=oom)
+        out = tmp_path / f"out-{oom}"
+        report.build(res, out)
+        summary = (out / "summary.md").read_text()
+        table = report.nsa_table(report.Results(res), report.NSA["forward"])
+        fig, ax = plt.subplots()
+        report.draw_panel(ax, table, "vram_gb", "peak VRAM (GB)", "t")
+        assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+        labels = _legend(ax)
+        assert "reference (dense O(T^2))" in labels and "kernel (Triton), recent" in labels
+        marks = [line.get_xdata()[0] for line in ax.lines
+                 if line.get_label().startswith("reference out of memory")]  # fmt: skip
+        if oom:
+            assert marks == [4096]
+            assert "reference OOM ceiling from seq_len 4096" in summary
+            assert "reference n/a: out of memory at seq_len 4096" in summary
+        else:
+            assert marks == [] and not [t for t in labels if "out of memory" in t]
+            assert "OOM ceiling none recorded" in summary and "out of memory" not in summary
+            assert "reference n/a: skipped by choice at seq_len 4096" in summary
+        plt.close(fig)
+
+
+def test_view_report_on_the_site_report_page(tmp_path):
+    """scripts/main.sh writes the view into report/view/; tools/site_extras.py shows its
+    pictures and tables on the report page, links them, and gives it a page of its own."""
+    spec = importlib.util.spec_from_file_location("site_extras", ROOT / "tools/site_extras.py")
+    extras = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(extras)
+    res = _view_results(tmp_path)
+    report_dir = tmp_path / "report"
+    report.build(res, report_dir, machine="gpu-view")  # stands in for the default report
+    report.build(res, report_dir / "view", machine="gpu-view", title="The seed's view at HEAD")
+    site = tmp_path / "html"
+    site.mkdir()
+    main_page, view_page = extras.publish_report(site, report_dir)
+    assert view_page == site / "report" / "view" / "index.html"
+    text = main_page.read_text()
+    assert "The seed&#x27;s view at HEAD: machine gpu-view" in text
+    assert '<a href="view/toks_vs_seqlen_fwd.png"><img src="view/toks_vs_seqlen_fwd.png"' in text
+    assert '<img src="view/vram_vs_seqlen_bwd.png"' in text
+    assert '<a href="view/nsa_forward.csv">' in text and '<a href="view/index.html">' in text
+    assert text.index("view/toks_vs_seqlen_fwd.png") < text.index('src="toks_vs_seqlen_fwd.png"')
+    sub = view_page.read_text()
+    assert '<img src="vram_vs_seqlen_fwd.png"' in sub and 'href="../../index.html"' in sub
+    assert (site / "report" / "view" / "toks_vs_seqlen_bwd.png").stat().st_size > 0
