@@ -3,12 +3,13 @@
 asv reads every increase as a regression, so a higher-is-better figure (a rate) must match
 the exclusion pattern, and a cost (time, memory) must keep the site's threshold. The list
 comes from asv_runner's own discovery, the one `asv run` uses, in each mode of the suite
-(smoke, the default GPU suite, the nightly sweep: discovery touches no GPU, so all three
-can be listed on a CPU). The rule: a benchmark's unit says which side it is on; "seconds"
-and "bytes" are costs, any other unit is a rate. A new rate named outside the naming rule
-in asv.conf.json therefore fails here. The host-paced times (`track_time_eager`,
-`track_time_host`, in every class) are costs with a threshold of their own, the PR gate's
-host factor (HOST_THRESHOLD), since they move more between runs than graph replays.
+(smoke, the default GPU suite, the nightly sweep, the seed's view that the main job runs
+at HEAD: discovery touches no GPU, so all of them can be listed on a CPU). The rule: a
+benchmark's unit says which side it is on; "seconds" and "bytes" are costs, any other unit
+is a rate. A new rate named outside the naming rule in asv.conf.json therefore fails here.
+The host-paced times (`track_time_eager`, `track_time_host`, in every class) are costs with
+a threshold of their own, the PR gate's host factor (HOST_THRESHOLD), since they move more
+between runs than graph replays.
 """
 
 import json
@@ -35,7 +36,8 @@ from asv_runner.discovery import disc_benchmarks
 sys.path.insert(0, os.getcwd())
 modes = {"smoke": {"ATTNBENCH_SMOKE": "1"},
          "default": {"ATTNBENCH_SMOKE": "0", "ATTNBENCH_SUITE": "default"},
-         "nightly": {"ATTNBENCH_SMOKE": "0", "ATTNBENCH_SUITE": "nightly"}}
+         "nightly": {"ATTNBENCH_SMOKE": "0", "ATTNBENCH_SUITE": "nightly"},
+         "view": {"ATTNBENCH_SMOKE": "0", "ATTNBENCH_SUITE": "view"}}
 out = {}
 for mode, env in modes.items():
     os.environ.update(env)
@@ -78,7 +80,7 @@ def entry_names(bench: dict) -> list[str]:
 
 
 def test_every_mode_lists_benchmarks(suite):
-    assert set(suite) == {"smoke", "default", "nightly"}
+    assert set(suite) == {"smoke", "default", "nightly", "view"}
     for mode, benches in suite.items():
         assert any(b["unit"] == "seconds" for b in benches), mode
     names = {b["name"] for benches in suite.values() for b in benches}
