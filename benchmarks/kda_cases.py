@@ -2,7 +2,7 @@
 
 The benchmarks (benchmarks/kda.py), the kernel tests and tools/gpu_check_kda.py all build
 their inputs and calls here, so every caller runs the kernels with the same keywords and
-tensor views (the KDA spec, ../shared/specs/kda_verify.md, "Sizes and inputs").
+tensor views (the KDA spec, docs/specs/kda_verify.md, "Inputs and outputs").
 
 The four modes (module constants; the values are the strings the asv parameters carry):
 
