@@ -18,12 +18,13 @@ from test_nsa_reference import odd_block_idx, qkv, rel_err, with_repeats
 
 from kernels.nsa import (
     _checks,
+    block_major,
     forward,
-    forward_blocks,
     make_block_idx_random,
     make_block_idx_recent,
     selection_backward_triton,
     selection_forward_reference,
+    tiles,
 )
 from kernels.nsa import selection_forward_triton as fwd
 
@@ -57,8 +58,8 @@ def check_forward(q, k, v, idx, bs, scale=None):
 
 def tile_counts(idx, bs, G):
     """Distinct kept blocks per tile of the forward's tiling."""
-    block_t = forward.tile_config(G, torch.float32, forward.TILE_ROWS)[1]
-    return forward.tile_block_lists(idx, bs, block_t)[1]
+    block_t = tiles.tile_config(G, torch.float32, forward.TILE_ROWS)[1]
+    return tiles.tile_block_lists(idx, bs, block_t)[1]
 
 
 CASES = [  # B, Hq, Hkv, T, D, bs, S, pattern
@@ -98,7 +99,7 @@ def test_each_path_writes_only_its_tiles(schedule, monkeypatch):
     """Without the block-major phase, exactly the rows of block-handled tiles stay NaN: the
     tile kernel skips them and writes every other row."""
     monkeypatch.setattr(forward, "TILE_ROWS", 16)
-    monkeypatch.setattr(forward_blocks, "block_major_forward", lambda *args: None)
+    monkeypatch.setattr(block_major, "block_major_forward", lambda *args: None)
     B, Hq, Hkv, T, D, bs, S = 1, 4, 1, 45, 32, 16, 4
     q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=39)
     idx = make_idx("odd", B, Hkv, T, bs, S)
@@ -167,20 +168,20 @@ def test_block_lists_are_the_inverse_of_block_idx(chunk, windows, key64, monkeyp
     elsewhere. key64: the 64-bit sort keys of the fill kernel and of the tile-list kernel's
     (block, slot) sort (for NB * slots per tile past 32 bits), forced."""
     if key64:
-        monkeypatch.setattr(forward_blocks, "FILL_KEY32_MAX", 0)
+        monkeypatch.setattr(block_major, "FILL_KEY32_MAX", 0)
     T, bs, S, block_t = 45, 8, 3, 4
     idx = with_repeats(odd_block_idx(2, 2, T, bs, S, seed=34), seed=3).long()
     idx[1, 0, 30] = torch.tensor([2**32 + 1, 1, -1])
     NB, n_tiles = -(-T // bs), -(-T // block_t)
-    tpw = forward.window_tiles(n_tiles, windows)  # 3 tiles a window: 4 windows, one short
-    counts = forward.tile_block_lists(idx, bs, block_t)[1]
+    tpw = tiles.window_tiles(n_tiles, windows)  # 3 tiles a window: 4 windows, one short
+    counts = tiles.tile_block_lists(idx, bs, block_t)[1]
     thr = (counts.min().item() + counts.max().item()) // 2
     handled = counts > thr
     assert handled.any() and (~handled).any()
     hist = torch.zeros(4, windows * NB, dtype=torch.int32)
-    assert torch.equal(forward.tile_block_lists(idx, bs, block_t, hist, thr, key64)[1], counts)
+    assert torch.equal(tiles.tile_block_lists(idx, bs, block_t, hist, thr, key64)[1], counts)
     part_l = torch.full((4, T, S, 3), float("nan"))
-    row_ptr, col, code = forward_blocks.block_lists(
+    row_ptr, col, code = block_major.block_lists(
         idx, counts, hist, thr, bs, block_t, chunk, part_l
     )  # fmt: skip
     assert not hist.any()
@@ -241,7 +242,7 @@ def test_block_path_is_deterministic(schedule, monkeypatch):
         for a, b in zip(first, fwd(q, k, v, idx, bs, return_lse=True), strict=True)
     )
 
-    real = forward_blocks.block_lists
+    real = block_major.block_lists
     gen = torch.Generator().manual_seed(0)
 
     def shuffled(*args):
@@ -256,7 +257,7 @@ def test_block_path_is_deterministic(schedule, monkeypatch):
                 code[bh, lo // chunk : hi // chunk] = chunk_codes(col[bh, lo:hi], j, S, bs, chunk)
         return row_ptr, col, code
 
-    monkeypatch.setattr(forward_blocks, "block_lists", shuffled)
+    monkeypatch.setattr(block_major, "block_lists", shuffled)
     again = fwd(q, k, v, idx, bs, return_lse=True)
     if q.is_cuda:
         assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
@@ -275,10 +276,10 @@ def test_partial_chunk_sizes(rows, waves, window, schedule, monkeypatch):
     program per tile or persistent programs walking many tiles. Each program reads its next
     chunk's places ahead, past the last chunk at the end."""
     schedule("blocks")
-    monkeypatch.setattr(forward_blocks, "CHUNK_ROWS", rows)
-    monkeypatch.setattr(forward_blocks, "LIST_WINDOW", window)
-    monkeypatch.setattr(forward_blocks, "COMBINE_WAVES", waves)
-    monkeypatch.setattr(forward_blocks, "PARTIAL_WAVES", waves)
+    monkeypatch.setattr(block_major, "CHUNK_ROWS", rows)
+    monkeypatch.setattr(block_major, "LIST_WINDOW", window)
+    monkeypatch.setattr(block_major, "COMBINE_WAVES", waves)
+    monkeypatch.setattr(block_major, "PARTIAL_WAVES", waves)
     B, Hq, Hkv, T, D, bs, S = 1, 8, 2, 47, 32, 16, 3
     q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=36)
     check_forward(q, k, v, make_idx("odd", B, Hkv, T, bs, S), bs)
@@ -288,7 +289,7 @@ def test_partial_kernel_64bit_offsets(schedule, monkeypatch):
     """The partial kernel's 64-bit row offsets (taken past 2**31 elements), forced by a zero
     limit, at a padded group (G = 3: masked q rows) and T not a multiple of the block."""
     schedule("blocks")
-    monkeypatch.setattr(forward_blocks, "PARTIAL_OFF32_MAX", 0)
+    monkeypatch.setattr(block_major, "PARTIAL_OFF32_MAX", 0)
     B, Hq, Hkv, T, D, bs, S, pattern = CASES[1]
     q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=44)
     check_forward(q, k, v, make_idx(pattern, B, Hkv, T, bs, S), bs)

@@ -20,6 +20,7 @@ from kernels.nsa import (
     selection_backward_triton,
     selection_forward_reference,
     selection_forward_triton,
+    tiles,
 )
 
 TOL = {torch.float32: 1e-5, torch.float16: 1e-2}
@@ -122,7 +123,7 @@ def test_tile_block_lists(block_t):
     T, bs, S = 37, 8, 3
     idx = odd_block_idx(2, 2, T, bs, S, seed=21).long()
     idx[1, 0, 30] = torch.tensor([2**32 + 1, 1, -1])  # wraps to 1 in int32: must stay dropped
-    lists, counts = forward.tile_block_lists(idx, bs, block_t)
+    lists, counts = tiles.tile_block_lists(idx, bs, block_t)
     n_tiles = -(-T // block_t)
     assert lists.shape == (4, n_tiles, block_t * S) and counts.shape == (4, n_tiles)
     NB = -(-T // bs)

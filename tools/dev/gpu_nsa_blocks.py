@@ -13,7 +13,7 @@ Usage (on a CUDA machine, from the repository root):
 2. Timings by CUDA-graph replay (2 calls captured, replayed until ~50 ms, median of 7
    samples, per call) of schedules tile / blocks / auto: seed shape at T 8192 and 32768 and
    paper shape at T 65536, both patterns; auto/tile ratios and the T 8192 -> 32768 ratios.
-3. Sweep at seed, T = 32768, random: forward_blocks.CHUNK_ROWS {64, 128, 256} (= 16, 32, 64
+3. Sweep at seed, T = 32768, random: block_major.CHUNK_ROWS {64, 128, 256} (= 16, 32, 64
    tokens at G = 4) x PARTIAL_WARPS {4, 8} x PARTIAL_STAGES {1, 2, 3, 4}, then at the best
    of those LIST_WINDOW, BLOCK_PATH_RATIO, PARTIAL_WAVES and COMBINE_WARPS; every config's
    o is compared with the default's.
@@ -42,8 +42,8 @@ if SMOKE:
 import torch  # noqa: E402
 import triton  # noqa: E402
 
+from kernels.nsa import block_major as nsa_blocks  # noqa: E402
 from kernels.nsa import forward as nsa_fwd  # noqa: E402
-from kernels.nsa import forward_blocks as nsa_blocks  # noqa: E402
 from kernels.nsa import (  # noqa: E402
     make_block_idx_random,
     make_block_idx_recent,

@@ -4,7 +4,7 @@ timed with the suite's timer, and the random pattern's device time per kernel.
     PYTHONPATH=src python3 -m tools.dev.gpu_nsa_profile TAG [KNOB=VALUE ...]    (about 15 s)
     PYTHONPATH=src python3 -m tools.dev.gpu_nsa_profile --timeline TAG [KNOB=VALUE ...]
 
-KNOB=VALUE sets a knob of `kernels.nsa.forward_blocks` (e.g. PARTIAL_STAGES=3) or, failing
+KNOB=VALUE sets a knob of `kernels.nsa.block_major` (e.g. PARTIAL_STAGES=3) or, failing
 that, of `kernels.nsa.forward` (e.g. OVERLAP_TILE_KERNEL=False) for the run.
 Before timing a pattern it checks o and lse against the token-tile schedule (exits if
 they differ beyond bf16 rounding). Prints one JSON line: the tag, o's relative error per
@@ -27,7 +27,7 @@ import sys
 import torch
 
 from benchmarks.common import per_call_seconds
-from kernels.nsa import forward, forward_blocks, selection_forward_triton
+from kernels.nsa import block_major, forward, selection_forward_triton
 from kernels.nsa.indices import make_block_idx_random, make_block_idx_recent
 
 KERNELS = ("_partial_kernel", "_combine_kernel", "_fill_kernel", "_sel_fwd_kernel",
@@ -87,7 +87,7 @@ def main():
     tag, knobs = sys.argv[1], sys.argv[2:]
     for kv in knobs:
         name, value = kv.split("=", 1)
-        module = next((m for m in (forward_blocks, forward) if hasattr(m, name)), None)
+        module = next((m for m in (block_major, forward) if hasattr(m, name)), None)
         if module is None or not name.isupper():
             raise SystemExit(f"unknown knob {name}")
         setattr(module, name, ast.literal_eval(value))

@@ -1,8 +1,8 @@
 """NSA selection attention: Triton forward/backward, autograd wrapper, references, indices.
 
 Layout is head-first: q [B, Hq, T, D], k/v [B, Hkv, T, D], block_idx [B, Hkv, T, S].
-See the module docstrings of forward.py, forward_blocks.py and backward.py for the kernel
-designs.
+See the module docstrings of forward.py, block_major.py, backward.py and tiles.py for the
+kernel designs.
 """
 
 from .autograd import selection_attention

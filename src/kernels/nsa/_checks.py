@@ -6,10 +6,11 @@ before anything is allocated or launched, and the message names the offending ar
 """
 
 import math
-import os
 from dataclasses import dataclass
 
 import torch
+
+from .. import _runtime
 
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -68,8 +69,7 @@ def _devices(named):
     dev = devs.pop()
     # The interpreter runs kernels on host memory, so it takes CPU (or CUDA) tensors; a
     # device without storage (meta) or any other backend can run no kernel at all.
-    interpret = os.environ.get("TRITON_INTERPRET") == "1"
-    if dev.type != "cuda" and not (interpret and dev.type == "cpu"):
+    if dev.type != "cuda" and not (_runtime.interpreter_active() and dev.type == "cpu"):
         raise ValueError(
             f"q must be a CUDA tensor (got device {dev}); CPU tensors need TRITON_INTERPRET=1"
         )

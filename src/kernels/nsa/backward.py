@@ -58,12 +58,12 @@ import triton
 import triton.language as tl
 
 from . import _checks, forward
-from .forward import (
+from .forward import selection_forward_triton
+from .tiles import (
     LOG2E,
     _tile_rows,
     _tile_slots,
     launch,
-    selection_forward_triton,
     tile_block_lists,
     tile_config,
     use_for_loop,
@@ -508,7 +508,7 @@ def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scal
         seg_start, part_start, part, dk, dv,
         dims.T, dims.NB, seg_block.shape[1], n_part, seg_len, dims.Hq, dims.G, qk_scale,
         dims.scale, S=dims.S, D=dims.D, BS=block_size, BLOCK_Q=block_q, BLOCK_G=block_g,
-        PREC=prec, FOR_LOOP=forward.use_for_loop(), RENORM=lse_lo is not None,
+        PREC=prec, FOR_LOOP=use_for_loop(), RENORM=lse_lo is not None,
         num_warps=DKDV_WARPS,
         num_stages=DKDV_STAGES,
     )  # fmt: skip

@@ -6,7 +6,7 @@ otherwise stream its own K/V block; here each block is loaded once per chunk of 
 that chose it. Steps (all on the device, no host sync, so the call stays capturable in a
 CUDA graph):
 
-1. Count (in forward.py's tile-list kernel): HIST[bh, w, j] = tokens of block-handled
+1. Count (in tiles.py's tile-list kernel): HIST[bh, w, j] = tokens of block-handled
    tiles of window w (LIST_WINDOW consecutive tokens) that kept block j (a row that lists
    j twice counts once), one int32 atomic per distinct block of a tile. Each
    (window, block) pair has its own list, and the lists
@@ -70,10 +70,10 @@ import torch
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
-from triton.runtime.interpreter import InterpretedFunction
 
+from .. import _runtime
 from . import _checks
-from .forward import (
+from .tiles import (
     LN2,
     _flag_nonfinite,
     _kept,
@@ -442,9 +442,9 @@ def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t, chunk,
     Args:
         block_idx: [B, Hkv, T, S] int32/int64, contiguous.
         counts: int32 [B * Hkv, n_tiles] distinct kept blocks per tile of block_t tokens
-            (`forward.tile_block_lists`); tiles with counts > min_blocks are block-handled.
+            (`tiles.tile_block_lists`); tiles with counts > min_blocks are block-handled.
         hist: int32 [B * Hkv, NW * NB] from `tile_block_lists(..., hist, min_blocks)`:
-            entries per (window, block), NW windows of `forward.window_tiles(n_tiles, NW)`
+            entries per (window, block), NW windows of `tiles.window_tiles(n_tiles, NW)`
             tiles. Consumed: counted down to zero.
         block_size, block_t: keys per block, tokens per tile; chunk: entries per chunk.
         part_l: fp32 [B * Hkv, T, S, G], the partials' lse: its dropped slots of
@@ -511,7 +511,7 @@ def block_major_forward(
     n_chunks = triton.cdiv(dims.T * dims.S, chunk) + n_lists  # the most any row can have
     if PARTIAL_WAVES is not None:
         n_chunks = min(n_chunks, triton.cdiv(PARTIAL_WAVES * _multiprocessors(q.device), BH))
-    interpreted = isinstance(_partial_kernel, InterpretedFunction)
+    interpreted = _runtime.interpreter_active()
     _partial_kernel[(n_chunks, BH)](
         q, k, v, row_ptr, col, code, part_o, part_l, dims.T, n_lists, dims.Hq, dims.G,
         col.shape[1], code.shape[1], qk_scale, S=dims.S, D=dims.D, BS=dims.block_size,

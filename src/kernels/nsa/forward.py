@@ -24,7 +24,7 @@ Two schedules (knob FORWARD_SCHEDULE), picked per tile on the device:
 * token-major (the tile kernel above): right when a tile's tokens share their blocks. When
   they do not (the 'random' pattern: a tile of 16 tokens visits ~200 distinct blocks for
   16 * 16 useful (token, block) pairs), every token streams its own S blocks of K/V.
-* block-major (`forward_blocks.py`): loop over key blocks outside and the queries that chose
+* block-major (`block_major.py`): loop over key blocks outside and the queries that chose
   each block inside, so a K/V block is loaded once per chunk of its queries; each
   (token, slot) gets a partial result, combined per token afterwards.
 The tile-list kernel counts each tile's distinct kept blocks anyway; a tile is
@@ -54,16 +54,23 @@ kernels no registers. A non-finite key or value that a row sees makes the row no
 """
 
 import contextlib
-import os
 
 import torch
 import triton
 import triton.language as tl
 
-from . import _checks
-
-LOG2E = 1.4426950408889634
-LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
+from . import _checks, block_major
+from .tiles import (
+    LN2,
+    LOG2E,
+    _flag_nonfinite,
+    _tile_rows,
+    _tile_slots,
+    launch,
+    tile_block_lists,
+    tile_config,
+    use_for_loop,
+)
 
 # Tuning knobs, read at call time: query rows (tokens x padded group) per forward program,
 # warps and software-pipeline stages per program, and how a tile finds its blocks. More rows
@@ -101,11 +108,6 @@ BLOCK_PATH_MAX_BYTES = 2 << 30
 # join as parallel branches.
 OVERLAP_TILE_KERNEL = True
 _SIDE_STREAMS = {}
-# Warps of the tile-list kernel (`tile_block_lists`, forward and backward), read at call
-# time. One warp sorts a tile's slots with lane shuffles only (1 barrier against 19-27 on
-# 4 warps): 0.036 -> 0.025 ms per forward at the seed shape, T = 32768 (docs/perf/nsa.md,
-# v11).
-TILE_LIST_WARPS = 1
 # Tiles (a power of two) whose flags one program of the fix-up kernel (`_sel_fwd_fix_kernel`)
 # reads at once: on clean inputs each program makes one vector load and exits, so few
 # programs suffice; on inputs with non-finite values a program redoes its flagged tiles one
@@ -118,185 +120,6 @@ def forward_stages(block_t):
     if NUM_STAGES is not None:
         return NUM_STAGES
     return 1 if block_t > 1 else 3
-
-
-def use_for_loop():
-    """Whether loops over a loaded trip count are `for` loops (compiled: pipelined) or
-    `while` loops (the interpreter cannot run `range` over a loaded bound with numpy 2)."""
-    return os.environ.get("TRITON_INTERPRET") != "1"
-
-
-@triton.jit
-def _tile_rows(pid_t, T, G, BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr):
-    """Row r of a token tile is head r % BLOCK_G of token pid_t * BLOCK_T + r // BLOCK_G."""
-    i_r = tl.arange(0, BLOCK_T * BLOCK_G)
-    i_t = pid_t * BLOCK_T + i_r // BLOCK_G
-    i_g = i_r % BLOCK_G
-    row_ok = (i_t < T) & (i_g < G)
-    return i_t, i_g, row_ok
-
-
-@triton.jit
-def _kept(j, t, T, NB, BS: tl.constexpr):
-    """The slot rule: block j is used by query t when 0 <= j < NB and j * BS <= t. Tested in
-    the index dtype (int64 ids beyond int32 must not wrap into range)."""
-    return (t < T) & (j >= 0) & (j < NB) & (j * BS <= t)
-
-
-@triton.jit
-def _tile_slots(p_idx, i_t, T, NB, S: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr):
-    """[rows, S_PAD] kept block ids of each row's token (-1 where the slot is dropped)."""
-    i_s = tl.arange(0, S_PAD)
-    mask = (i_t < T)[:, None] & (i_s < S)[None, :]
-    b_j = tl.load(p_idx + i_t.to(tl.int64)[:, None] * S + i_s[None, :], mask=mask, other=-1)
-    keep = _kept(b_j, i_t[:, None], T, NB, BS)
-    return tl.where(keep, b_j, -1).to(tl.int32)
-
-
-@triton.jit
-def _max_op(a, b):
-    return tl.maximum(a, b)
-
-
-@triton.jit
-def _min_op(a, b):
-    return tl.minimum(a, b)
-
-
-@triton.jit
-def _sorted_runs(b_x, i_e, L: tl.constexpr):
-    """Runs of equal values in a sorted [L] vector: per lane, whether it is the first / last
-    of its run, and the lanes where its run starts and ends."""
-    first = (i_e == 0) | (b_x != tl.gather(b_x, tl.maximum(i_e - 1, 0), 0))
-    last = (i_e == L - 1) | (b_x != tl.gather(b_x, tl.minimum(i_e + 1, L - 1), 0))
-    start = tl.associative_scan(tl.where(first, i_e, 0), 0, _max_op)
-    end = tl.associative_scan(tl.where(last, i_e, L - 1), 0, _min_op, reverse=True)
-    return first, last, start, end
-
-
-@triton.jit
-def _repeats(b_key, i_e, S: tl.constexpr, L_PAD: tl.constexpr):
-    """Lanes sorted by key = block * L_PAD + tile-local slot (token * S + slot): whether a
-    lane names the same block as the lane before it for the same token, i.e. a later slot
-    of one row repeating that row's block (the row's first such slot is not a repeat)."""
-    b_prev = tl.gather(b_key, tl.maximum(i_e - 1, 0), 0)
-    same_j = b_key // L_PAD == b_prev // L_PAD
-    same_t = (b_key % L_PAD) // S == (b_prev % L_PAD) // S
-    return (i_e > 0) & same_j & same_t
-
-
-@triton.jit
-def _tile_list_kernel(
-    IDX, LIST, COUNT, HIST, FLAG, T, NB, N_TILES, MIN_BLOCKS, NW, TPW,
-    S: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, L_PAD: tl.constexpr,
-    USE_HIST: tl.constexpr, KEY64: tl.constexpr, ZERO_FLAG: tl.constexpr,
-):  # fmt: skip
-    """LIST[bh, tile, :count] = sorted distinct kept blocks of the tile's BLOCK_T * S slots;
-    COUNT[bh, tile] = count. Entries past count are left unwritten (never read).
-    USE_HIST: when count > MIN_BLOCKS (a block-handled tile), also add to HIST[bh, w, j] the
-    number of the tile's tokens whose kept slots chose block j (a block repeated within a
-    row counts once; one int32 atomic per distinct block, not per slot: block 0 of the
-    'random' pattern is chosen by every token); w = tile // TPW, the tile's window of TPW
-    tiles (HIST is [B * Hkv, NW, NB]). With USE_HIST the slots are sorted by (block, slot)
-    (64-bit keys when KEY64), so that a row's repeats sit side by side; otherwise by block.
-    ZERO_FLAG: FLAG[bh, tile] = 0 (the forward's non-finite flags, set by later kernels)."""
-    pid_t = tl.program_id(0)
-    i_bh = tl.program_id(1)
-    i_e = tl.arange(0, L_PAD)
-    i_t = pid_t * BLOCK_T + i_e // S
-    ok = (i_e < BLOCK_T * S) & (i_t < T)
-    p_idx = IDX + i_bh.to(tl.int64) * T * S + pid_t * BLOCK_T * S
-    b_j = tl.load(p_idx + i_e, mask=ok, other=-1)
-    # Dropped slots sort last as NB; after sorting, a block's first copy is the one that
-    # differs from its left neighbour, and a prefix sum of those flags is its output slot.
-    b_j = tl.where(ok & _kept(b_j, i_t, T, NB, BS), b_j, NB).to(tl.int32)
-    if USE_HIST:
-        if KEY64:
-            b_key = tl.sort(b_j.to(tl.int64) * L_PAD + i_e)
-        else:
-            b_key = tl.sort(b_j * L_PAD + i_e)
-        b_j = (b_key // L_PAD).to(tl.int32)
-    else:
-        b_j = tl.sort(b_j)
-    first, last, start, _ = _sorted_runs(b_j, i_e, L_PAD)
-    first = first & (b_j < NB)
-    pos = tl.cumsum(first.to(tl.int32), 0) - 1
-    o_tile = i_bh.to(tl.int64) * N_TILES + pid_t
-    count = tl.sum(first.to(tl.int32), 0)
-    tl.store(LIST + o_tile * BLOCK_T * S + pos, b_j, mask=first)
-    tl.store(COUNT + o_tile, count)
-    if ZERO_FLAG:
-        tl.store(FLAG + o_tile, 0)
-    if USE_HIST:
-        if count > MIN_BLOCKS:
-            # A run's last lane adds the run's lanes that are no repeat: its prefix count
-            # of them, less that of the run's first lane (never a repeat), plus one.
-            fresh = tl.cumsum((_repeats(b_key, i_e, S, L_PAD) == 0).to(tl.int32), 0)
-            n_run = fresh - tl.gather(fresh, start, 0) + 1
-            p_hist = HIST + (i_bh.to(tl.int64) * NW + pid_t // TPW) * NB + b_j
-            tl.atomic_add(p_hist, n_run, mask=last & (b_j < NB), sem="relaxed")
-
-
-def window_tiles(n_tiles, n_windows):
-    """Tiles per window when n_tiles tiles are cut into n_windows windows."""
-    return triton.cdiv(n_tiles, n_windows)
-
-
-def tile_block_lists(
-    block_idx, block_size, block_t, hist=None, min_blocks=0, key64=None, flags=None
-):  # fmt: skip
-    """Per tile of block_t consecutive tokens, the distinct kept blocks its tokens selected.
-
-    Args:
-        block_idx: [B, Hkv, T, S] int32/int64, contiguous.
-        block_size: keys per block.
-        block_t: tokens per tile.
-        hist: optional int32 [B * Hkv, NW * NB], zero-filled: for every tile with more
-            than `min_blocks` distinct blocks (block-handled), hist[bh, w * NB + j] is
-            increased by the number of its tokens that kept block j (once per token, also
-            when its row lists j twice), w = the tile's window (`window_tiles`).
-        min_blocks: see hist.
-        key64: with hist, sort (block, slot) keys in 64 bits (None: only when
-            (NB + 1) * next_pow2(block_t * S) exceeds int32).
-        flags: optional int32 [B * Hkv, n_tiles], zero-filled here.
-    Returns:
-        lists: int32 [B * Hkv, n_tiles, block_t * S]; row [bh, i] holds, ascending, the
-            count[bh, i] distinct blocks kept by any token of tile i (entries after that are
-            unspecified); n_tiles = ceil(T / block_t).
-        counts: int32 [B * Hkv, n_tiles].
-    One kernel launch, no host sync.
-    """
-    B, Hkv, T, S = block_idx.shape
-    n_tiles, NB = triton.cdiv(T, block_t), triton.cdiv(T, block_size)
-    lists = torch.empty(B * Hkv, n_tiles, block_t * S, dtype=torch.int32, device=block_idx.device)
-    counts = torch.empty(B * Hkv, n_tiles, dtype=torch.int32, device=block_idx.device)
-    NW = 1 if hist is None else hist.shape[1] // NB
-    l_pad = triton.next_power_of_2(block_t * S)
-    if key64 is None:
-        key64 = (NB + 1) * l_pad > 2**31 - 1
-    _tile_list_kernel[(n_tiles, B * Hkv)](
-        block_idx, lists, counts, counts if hist is None else hist,
-        counts if flags is None else flags, T, NB, n_tiles, min_blocks,
-        NW, window_tiles(n_tiles, NW),
-        S=S, BS=block_size, BLOCK_T=block_t, L_PAD=l_pad,
-        USE_HIST=hist is not None, KEY64=bool(key64) and hist is not None,
-        ZERO_FLAG=flags is not None,
-        num_warps=TILE_LIST_WARPS,
-    )  # fmt: skip
-    return lists, counts
-
-
-@triton.jit
-def _flag_nonfinite(FLAG, o_tile, b_x, rows):
-    """FLAG[o_tile] = 1 when a row of b_x ([R, C] fp32) where `rows` ([R] bool) holds has an
-    inf or NaN. Tested on each row's sum (a reduction inside the row's threads, no barrier
-    across the tile): non-finite when an element is, and also, harmlessly, when finite
-    elements overflow fp32 (the tile is then redone, with the same result). Each flagged row
-    stores the same 1 under its own mask; clean inputs store nothing."""
-    b_row = tl.sum(b_x, axis=1)
-    bad = ~(tl.abs(b_row) < float("inf")) & rows
-    tl.store(FLAG + o_tile + tl.zeros(b_row.shape, tl.int32), tl.full(b_row.shape, 1, tl.int32),
-             mask=bad)  # fmt: skip
 
 
 @triton.jit
@@ -464,27 +287,6 @@ def _sel_fwd_fix_kernel(
             i += 1
 
 
-def launch(kernel, grid, *args, num_stages, **kwargs):
-    """kernel[grid](*args, ...) with num_stages software-pipeline stages, or fewer when their
-    shared memory does not fit (large D and block_size): that check fails when the kernel is
-    loaded, before anything runs, so retrying is safe."""
-    while True:
-        try:
-            return kernel[grid](*args, num_stages=num_stages, **kwargs)
-        except triton.runtime.errors.OutOfResources:
-            if num_stages <= 1:
-                raise
-            num_stages -= 1
-
-
-def tile_config(G, dtype, rows):
-    """(BLOCK_G, BLOCK_T, dot precision) for a forward/dq tile of about `rows` query rows."""
-    block_g = triton.next_power_of_2(G)
-    block_t = max(1, rows // block_g)
-    prec = "ieee" if dtype == torch.float32 else "tf32"
-    return block_g, block_t, prec
-
-
 def block_path_bytes(dims, element_size):
     """Device memory the block-major path allocates for one call: partial o and lse per
     (token, slot, head) and two int32 list entries per (token, slot)."""
@@ -542,7 +344,7 @@ def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_
         sees makes the row non-finite.
     Unless FORWARD_SCHEDULE is "tile" (or "auto" with G > BLOCK_PATH_MAX_G or more than
     BLOCK_PATH_MAX_BYTES of temporaries), the call also allocates the block-major path's
-    partial results (B * Hkv * T * S * G * D elements, see `forward_blocks`), whether or not
+    partial results (B * Hkv * T * S * G * D elements, see `block_major`), whether or not
     a tile ends up using them: which tiles do is only known on the device.
     """
     dims = _checks.check_forward_args(q, k, v, block_idx, block_size, scale)
@@ -552,11 +354,10 @@ def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_
     o = _checks.new_empty(q.shape, q.dtype, q.device)
     lse = _checks.new_empty(q.shape[:3], torch.float32, q.device)
     block_g, block_t, prec = tile_config(dims.G, q.dtype, TILE_ROWS)
-    from . import forward_blocks  # it builds on this module's helpers
 
     hist = None
     if min_blocks is not None:
-        n_lists = forward_blocks.list_windows(dims.T, block_t) * dims.NB
+        n_lists = block_major.list_windows(dims.T, block_t) * dims.NB
         hist = torch.zeros(dims.B * dims.Hkv, n_lists, dtype=torch.int32, device=q.device)
     grid = (triton.cdiv(dims.T, block_t), dims.B * dims.Hkv)
     flags = torch.empty(grid[1], grid[0], dtype=torch.int32, device=q.device)
@@ -577,7 +378,7 @@ def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_
             num_warps=NUM_WARPS, num_stages=forward_stages(block_t),
         )  # fmt: skip
     if hist is not None:
-        forward_blocks.block_major_forward(
+        block_major.block_major_forward(
             q, k, v, block_idx, counts, hist, min_blocks, o, lse, flags, dims, block_t, qk_scale
         )
     if side is not None:

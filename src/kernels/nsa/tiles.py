@@ -1,0 +1,223 @@
+"""Tile helpers shared by the NSA forward, its block-major phase and the backward.
+
+A token tile is BLOCK_T consecutive query positions of one (b, kv head) with their G query
+heads stacked into BLOCK_T * BLOCK_G rows (`tile_config`, `_tile_rows`). The tile-list
+kernel (`tile_block_lists`) writes, per tile, the sorted distinct kept blocks of its
+BLOCK_T * S slots; the forward and the dq kernel loop over them, and the block-major phase
+reads their counts (and a per-window histogram) to pick and place its tiles.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from .._runtime import interpreter_active
+
+LOG2E = 1.4426950408889634
+LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
+
+# Warps of the tile-list kernel (`tile_block_lists`, forward and backward), read at call
+# time. One warp sorts a tile's slots with lane shuffles only (1 barrier against 19-27 on
+# 4 warps): 0.036 -> 0.025 ms per forward at the seed shape, T = 32768 (docs/perf/nsa.md,
+# v11).
+TILE_LIST_WARPS = 1
+
+
+def use_for_loop():
+    """Whether loops over a loaded trip count are `for` loops (compiled: pipelined) or
+    `while` loops (the interpreter cannot run `range` over a loaded bound with numpy 2)."""
+    return not interpreter_active()
+
+
+@triton.jit
+def _tile_rows(pid_t, T, G, BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr):
+    """Row r of a token tile is head r % BLOCK_G of token pid_t * BLOCK_T + r // BLOCK_G."""
+    i_r = tl.arange(0, BLOCK_T * BLOCK_G)
+    i_t = pid_t * BLOCK_T + i_r // BLOCK_G
+    i_g = i_r % BLOCK_G
+    row_ok = (i_t < T) & (i_g < G)
+    return i_t, i_g, row_ok
+
+
+@triton.jit
+def _kept(j, t, T, NB, BS: tl.constexpr):
+    """The slot rule: block j is used by query t when 0 <= j < NB and j * BS <= t. Tested in
+    the index dtype (int64 ids beyond int32 must not wrap into range)."""
+    return (t < T) & (j >= 0) & (j < NB) & (j * BS <= t)
+
+
+@triton.jit
+def _tile_slots(p_idx, i_t, T, NB, S: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr):
+    """[rows, S_PAD] kept block ids of each row's token (-1 where the slot is dropped)."""
+    i_s = tl.arange(0, S_PAD)
+    mask = (i_t < T)[:, None] & (i_s < S)[None, :]
+    b_j = tl.load(p_idx + i_t.to(tl.int64)[:, None] * S + i_s[None, :], mask=mask, other=-1)
+    keep = _kept(b_j, i_t[:, None], T, NB, BS)
+    return tl.where(keep, b_j, -1).to(tl.int32)
+
+
+@triton.jit
+def _max_op(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def _min_op(a, b):
+    return tl.minimum(a, b)
+
+
+@triton.jit
+def _sorted_runs(b_x, i_e, L: tl.constexpr):
+    """Runs of equal values in a sorted [L] vector: per lane, whether it is the first / last
+    of its run, and the lanes where its run starts and ends."""
+    first = (i_e == 0) | (b_x != tl.gather(b_x, tl.maximum(i_e - 1, 0), 0))
+    last = (i_e == L - 1) | (b_x != tl.gather(b_x, tl.minimum(i_e + 1, L - 1), 0))
+    start = tl.associative_scan(tl.where(first, i_e, 0), 0, _max_op)
+    end = tl.associative_scan(tl.where(last, i_e, L - 1), 0, _min_op, reverse=True)
+    return first, last, start, end
+
+
+@triton.jit
+def _repeats(b_key, i_e, S: tl.constexpr, L_PAD: tl.constexpr):
+    """Lanes sorted by key = block * L_PAD + tile-local slot (token * S + slot): whether a
+    lane names the same block as the lane before it for the same token, i.e. a later slot
+    of one row repeating that row's block (the row's first such slot is not a repeat)."""
+    b_prev = tl.gather(b_key, tl.maximum(i_e - 1, 0), 0)
+    same_j = b_key // L_PAD == b_prev // L_PAD
+    same_t = (b_key % L_PAD) // S == (b_prev % L_PAD) // S
+    return (i_e > 0) & same_j & same_t
+
+
+@triton.jit
+def _tile_list_kernel(
+    IDX, LIST, COUNT, HIST, FLAG, T, NB, N_TILES, MIN_BLOCKS, NW, TPW,
+    S: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, L_PAD: tl.constexpr,
+    USE_HIST: tl.constexpr, KEY64: tl.constexpr, ZERO_FLAG: tl.constexpr,
+):  # fmt: skip
+    """LIST[bh, tile, :count] = sorted distinct kept blocks of the tile's BLOCK_T * S slots;
+    COUNT[bh, tile] = count. Entries past count are left unwritten (never read).
+    USE_HIST: when count > MIN_BLOCKS (a block-handled tile), also add to HIST[bh, w, j] the
+    number of the tile's tokens whose kept slots chose block j (a block repeated within a
+    row counts once; one int32 atomic per distinct block, not per slot: block 0 of the
+    'random' pattern is chosen by every token); w = tile // TPW, the tile's window of TPW
+    tiles (HIST is [B * Hkv, NW, NB]). With USE_HIST the slots are sorted by (block, slot)
+    (64-bit keys when KEY64), so that a row's repeats sit side by side; otherwise by block.
+    ZERO_FLAG: FLAG[bh, tile] = 0 (the forward's non-finite flags, set by later kernels)."""
+    pid_t = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_e = tl.arange(0, L_PAD)
+    i_t = pid_t * BLOCK_T + i_e // S
+    ok = (i_e < BLOCK_T * S) & (i_t < T)
+    p_idx = IDX + i_bh.to(tl.int64) * T * S + pid_t * BLOCK_T * S
+    b_j = tl.load(p_idx + i_e, mask=ok, other=-1)
+    # Dropped slots sort last as NB; after sorting, a block's first copy is the one that
+    # differs from its left neighbour, and a prefix sum of those flags is its output slot.
+    b_j = tl.where(ok & _kept(b_j, i_t, T, NB, BS), b_j, NB).to(tl.int32)
+    if USE_HIST:
+        if KEY64:
+            b_key = tl.sort(b_j.to(tl.int64) * L_PAD + i_e)
+        else:
+            b_key = tl.sort(b_j * L_PAD + i_e)
+        b_j = (b_key // L_PAD).to(tl.int32)
+    else:
+        b_j = tl.sort(b_j)
+    first, last, start, _ = _sorted_runs(b_j, i_e, L_PAD)
+    first = first & (b_j < NB)
+    pos = tl.cumsum(first.to(tl.int32), 0) - 1
+    o_tile = i_bh.to(tl.int64) * N_TILES + pid_t
+    count = tl.sum(first.to(tl.int32), 0)
+    tl.store(LIST + o_tile * BLOCK_T * S + pos, b_j, mask=first)
+    tl.store(COUNT + o_tile, count)
+    if ZERO_FLAG:
+        tl.store(FLAG + o_tile, 0)
+    if USE_HIST:
+        if count > MIN_BLOCKS:
+            # A run's last lane adds the run's lanes that are no repeat: its prefix count
+            # of them, less that of the run's first lane (never a repeat), plus one.
+            fresh = tl.cumsum((_repeats(b_key, i_e, S, L_PAD) == 0).to(tl.int32), 0)
+            n_run = fresh - tl.gather(fresh, start, 0) + 1
+            p_hist = HIST + (i_bh.to(tl.int64) * NW + pid_t // TPW) * NB + b_j
+            tl.atomic_add(p_hist, n_run, mask=last & (b_j < NB), sem="relaxed")
+
+
+def window_tiles(n_tiles, n_windows):
+    """Tiles per window when n_tiles tiles are cut into n_windows windows."""
+    return triton.cdiv(n_tiles, n_windows)
+
+
+def tile_block_lists(
+    block_idx, block_size, block_t, hist=None, min_blocks=0, key64=None, flags=None
+):  # fmt: skip
+    """Per tile of block_t consecutive tokens, the distinct kept blocks its tokens selected.
+
+    Args:
+        block_idx: [B, Hkv, T, S] int32/int64, contiguous.
+        block_size: keys per block.
+        block_t: tokens per tile.
+        hist: optional int32 [B * Hkv, NW * NB], zero-filled: for every tile with more
+            than `min_blocks` distinct blocks (block-handled), hist[bh, w * NB + j] is
+            increased by the number of its tokens that kept block j (once per token, also
+            when its row lists j twice), w = the tile's window (`window_tiles`).
+        min_blocks: see hist.
+        key64: with hist, sort (block, slot) keys in 64 bits (None: only when
+            (NB + 1) * next_pow2(block_t * S) exceeds int32).
+        flags: optional int32 [B * Hkv, n_tiles], zero-filled here.
+    Returns:
+        lists: int32 [B * Hkv, n_tiles, block_t * S]; row [bh, i] holds, ascending, the
+            count[bh, i] distinct blocks kept by any token of tile i (entries after that are
+            unspecified); n_tiles = ceil(T / block_t).
+        counts: int32 [B * Hkv, n_tiles].
+    One kernel launch, no host sync.
+    """
+    B, Hkv, T, S = block_idx.shape
+    n_tiles, NB = triton.cdiv(T, block_t), triton.cdiv(T, block_size)
+    lists = torch.empty(B * Hkv, n_tiles, block_t * S, dtype=torch.int32, device=block_idx.device)
+    counts = torch.empty(B * Hkv, n_tiles, dtype=torch.int32, device=block_idx.device)
+    NW = 1 if hist is None else hist.shape[1] // NB
+    l_pad = triton.next_power_of_2(block_t * S)
+    if key64 is None:
+        key64 = (NB + 1) * l_pad > 2**31 - 1
+    _tile_list_kernel[(n_tiles, B * Hkv)](
+        block_idx, lists, counts, counts if hist is None else hist,
+        counts if flags is None else flags, T, NB, n_tiles, min_blocks,
+        NW, window_tiles(n_tiles, NW),
+        S=S, BS=block_size, BLOCK_T=block_t, L_PAD=l_pad,
+        USE_HIST=hist is not None, KEY64=bool(key64) and hist is not None,
+        ZERO_FLAG=flags is not None,
+        num_warps=TILE_LIST_WARPS,
+    )  # fmt: skip
+    return lists, counts
+
+
+@triton.jit
+def _flag_nonfinite(FLAG, o_tile, b_x, rows):
+    """FLAG[o_tile] = 1 when a row of b_x ([R, C] fp32) where `rows` ([R] bool) holds has an
+    inf or NaN. Tested on each row's sum (a reduction inside the row's threads, no barrier
+    across the tile): non-finite when an element is, and also, harmlessly, when finite
+    elements overflow fp32 (the tile is then redone, with the same result). Each flagged row
+    stores the same 1 under its own mask; clean inputs store nothing."""
+    b_row = tl.sum(b_x, axis=1)
+    bad = ~(tl.abs(b_row) < float("inf")) & rows
+    tl.store(FLAG + o_tile + tl.zeros(b_row.shape, tl.int32), tl.full(b_row.shape, 1, tl.int32),
+             mask=bad)  # fmt: skip
+
+
+def launch(kernel, grid, *args, num_stages, **kwargs):
+    """kernel[grid](*args, ...) with num_stages software-pipeline stages, or fewer when their
+    shared memory does not fit (large D and block_size): that check fails when the kernel is
+    loaded, before anything runs, so retrying is safe."""
+    while True:
+        try:
+            return kernel[grid](*args, num_stages=num_stages, **kwargs)
+        except triton.runtime.errors.OutOfResources:
+            if num_stages <= 1:
+                raise
+            num_stages -= 1
+
+
+def tile_config(G, dtype, rows):
+    """(BLOCK_G, BLOCK_T, dot precision) for a forward/dq tile of about `rows` query rows."""
+    block_g = triton.next_power_of_2(G)
+    block_t = max(1, rows // block_g)
+    prec = "ieee" if dtype == torch.float32 else "tf32"
+    return block_g, block_t, prec
