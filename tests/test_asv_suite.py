@@ -21,6 +21,8 @@ did not have that property: its ratio fell below 3 once a loaded machine made th
 itself take more than half the sleep. Only the plumbing is tested.
 """
 
+import csv
+import itertools
 import json
 import os
 import shutil
@@ -230,3 +232,58 @@ def test_report_writes_csv_and_plots(smoke_run, tmp_path):
     for name in csvs + ["kda_verify.md", "vram_vs_seqlen_fwd.png", "toks_vs_seqlen_bwd.png"]:
         assert (out / name).stat().st_size > 0, name
     assert "40" in (out / "nsa_forward.csv").read_text()  # the smoke seq_len
+
+
+def test_view_step_records_kernel_and_reference_eager(smoke_run, tmp_path):
+    """The main job's view step (scripts/main.sh): `asv run HEAD^!` with
+    ATTNBENCH_SUITE=view under its own machine, selected by nsa.VIEW_BENCHMARKS (here
+    narrowed to seq_len 40 to keep the test short), records the eager figure of the kernel
+    and the reference, the kernel's graph figure and both peak VRAMs, and nothing else; the
+    report writes the view's plots from it."""
+    r = smoke_run
+    names = subprocess.run(
+        [sys.executable, "-c", "import benchmarks.nsa as n; print(n.VIEW_BENCHMARKS)"],
+        cwd=r["path"], env=dict(r["env"], ATTNBENCH_SUITE="view"), check=True,
+        capture_output=True, text=True,
+    ).stdout.strip().splitlines()[-1]  # fmt: skip
+    selection = names.replace(r"\(\d+, ", r"\(40, ")
+    assert selection != names
+    machine = "cpu-smoke-view"
+    env = dict(r["env"], ATTNBENCH_SUITE="view")
+    env["ATTNBENCH_NA_LOG"] = str(r["path"] / "results" / machine / "na_reasons.jsonl")
+    subprocess.run([sys.executable, str(ROOT / "tools/asv_machine.py"), "--machine", machine],
+                   cwd=r["path"], env=env, check=True, capture_output=True)  # fmt: skip
+    bench_json = r["path"] / "results/benchmarks.json"
+    saved = bench_json.read_bytes()  # put back as scripts/main.sh does
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "asv", "run", "HEAD^!", "--machine", machine, "-b",
+             selection, "--record-samples"],
+            cwd=r["path"], env=env, capture_output=True, text=True,
+        )  # fmt: skip
+    finally:
+        bench_json.write_bytes(saved)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    (path,) = (r["path"] / "results" / machine).glob(f"{r['c3'][:8]}-*.json")
+    data = json.loads(path.read_text())
+    methods = ("track_time", "track_time_eager", "track_peak_vram_bytes")
+    expected = {f"nsa.{cls}.{m}" for cls in ("NsaForward", "NsaBackward") for m in methods}
+    assert set(data["results"]) == expected
+    for name in expected:
+        values, params = data["results"][name][:2]
+        got = dict(zip(itertools.product(*params), values, strict=True))
+        impls = ["'triton'"] if name.endswith(".track_time") else ["'triton'", "'reference'"]
+        assert params[1] == impls, name
+        for impl in impls:
+            value = got[("40", impl, "'tiny-seed'", "'random'")]
+            assert value is not None and value == value, (name, impl)  # measured, not NaN
+    out = tmp_path / "view"
+    subprocess.run(
+        [sys.executable, str(ROOT / "tools/report.py"), "--results", str(r["path"] / "results"),
+         "--out", str(out), "--machine", machine, "--title", "The seed's view at HEAD"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    rows = list(csv.DictReader(open(out / "nsa_backward.csv")))
+    assert rows[0]["ref_eager_ms"] and rows[0]["kernel_eager_ms"] and rows[0]["kernel_ms"]
+    for name in ("toks_vs_seqlen_fwd.png", "vram_vs_seqlen_bwd.png"):
+        assert (out / name).stat().st_size > 0, name
