@@ -11,11 +11,9 @@ import numpy as np
 import pytest
 import torch
 from test_nsa_kernels import poisoned  # noqa: F401  (autouse: outputs start NaN)
-from test_nsa_reference import odd_block_idx, qkv, rel_err
+from test_nsa_reference import odd_block_idx, qkv, rel_err, tuned
 
 from kernels.nsa import (
-    backward,
-    forward,
     invert_block_idx,
     make_block_idx_random,
     selection_backward_triton,
@@ -126,10 +124,10 @@ def test_masked_keys_do_not_reach_other_gradients(name, value):
 @pytest.mark.parametrize(
     "dtype,dq_rows", [(torch.float16, None), (torch.float32, 2)], ids=["fp16", "fp32-one-token"]
 )
-def test_masked_keys_fp16_and_one_token_tiles(dtype, dq_rows, monkeypatch):
+def test_masked_keys_fp16_and_one_token_tiles(dtype, dq_rows):
     """The same in fp16, and with dq tiles of one token (2 rows = G): there no key is seen
     by some rows of a tile only, and keys after the token are read as 0."""
-    monkeypatch.setattr(backward, "DQ_ROWS", dq_rows)
+    t = tuned(dq_rows=dq_rows)
     q, k, v, do, _ = inputs("odd", seed=4, dtype=dtype)
     idx = masking_idx()
     ro, rlse, rgrads = reference(q, k, v, idx, BS, do)
@@ -138,22 +136,21 @@ def test_masked_keys_fp16_and_one_token_tiles(dtype, dq_rows, monkeypatch):
     o[bad_rows] = math.nan
     lse[bad_rows] = math.nan
     k, v = poison(k, math.nan), poison(v, -math.inf)
-    got = selection_backward_triton(q, k, v, idx, BS, do, o, lse)
+    got = selection_backward_triton(q, k, v, idx, BS, do, o, lse, tuning=t)
     assert_clean_parts_match(got, rgrads, bad_rows, bad_keys, TOL[dtype])
 
 
-def test_masked_keys_end_to_end_and_split_lists(monkeypatch):
+def test_masked_keys_end_to_end_and_split_lists():
     """The same through the Triton forward's own o and lse, with every block's query list
     split into segments (the partial-sum path of dk/dv)."""
-    monkeypatch.setattr(backward, "SEGMENT_CHUNKS", 1)
-    monkeypatch.setattr(backward, "DKDV_ROWS", 16)
+    t = tuned(segment_chunks=1, dkdv_rows=16)
     q, k, v, do, _ = inputs("odd", seed=5)
     idx = masking_idx()
     _, _, rgrads = reference(q, k, v, idx, BS, do)
     bad_rows, bad_keys = poison_masks(idx, BS, HQ // HKV)
     k, v = poison(k, math.nan), poison(v, math.inf)
-    o, lse = selection_forward_triton(q, k, v, idx, BS, return_lse=True)
-    got = selection_backward_triton(q, k, v, idx, BS, do, o, lse)
+    o, lse = selection_forward_triton(q, k, v, idx, BS, return_lse=True, tuning=t)
+    got = selection_backward_triton(q, k, v, idx, BS, do, o, lse, tuning=t)
     assert_clean_parts_match(got, rgrads, bad_rows, bad_keys, 1e-5)
 
 
@@ -196,17 +193,17 @@ def test_invert_block_idx_not_unique_keeps_a_repeat_beside_its_first_copy():
 
 
 @pytest.mark.parametrize("pattern,schedule", [("random", "blocks"), ("odd", "tile")])
-def test_repeated_block_counted_once(pattern, schedule, monkeypatch):
+def test_repeated_block_counted_once(pattern, schedule):
     """dq, dk, dv with repeats in block_idx equal the gradient of the dense reference, which
     counts a repeated block once: from the reference's o and lse, and end to end through
     either forward path (which count it once too)."""
-    monkeypatch.setattr(forward, "FORWARD_SCHEDULE", schedule)
+    t = tuned(schedule=schedule)
     q, k, v, do, idx = inputs(pattern, seed=7)
     idx = with_repeats(idx)
     ro, rlse, rgrads = reference(q, k, v, idx, BS, do)
     from_ref = selection_backward_triton(q, k, v, idx, BS, do, ro.float(), rlse.float())
-    o, lse = selection_forward_triton(q, k, v, idx, BS, return_lse=True)
-    end_to_end = selection_backward_triton(q, k, v, idx, BS, do, o, lse)
+    o, lse = selection_forward_triton(q, k, v, idx, BS, return_lse=True, tuning=t)
+    end_to_end = selection_backward_triton(q, k, v, idx, BS, do, o, lse, tuning=t)
     for got in (from_ref, end_to_end):
         for g, r in zip(got, rgrads, strict=True):
             assert torch.isfinite(g).all() and rel_err(g, r) < 1e-5
@@ -236,7 +233,7 @@ def ordered_dots(monkeypatch):
 
 
 @pytest.mark.parametrize("seed", [3, 11])
-def test_large_logits_fp32(seed, ordered_dots, monkeypatch):
+def test_large_logits_fp32(seed, ordered_dots):
     """q and k scaled by 10 (logits of ~100). A probability exp(s - lse) recomputed from an
     fp32 lse near 100 is off by lse's rounding (~1e-5 relative), shared by a whole row; the
     backward renormalises each row, so dv meets the fp32 bound against the fp64 gradient,
@@ -244,18 +241,18 @@ def test_large_logits_fp32(seed, ordered_dots, monkeypatch):
     fp32's own error (the fp32 torch reference's is as large, above 1e-5 for some seeds), so
     they are held to that reference's error; they also need an o consistent with the scores
     the kernels recompute (delta = o . do), as the Triton forward's o is."""
-    monkeypatch.setattr(forward, "FORWARD_SCHEDULE", "tile")
+    tile = tuned(schedule="tile")
     q, k, v, do, idx = inputs("random", seed=seed)
     q, k = q * 10, k * 10
     ro, rlse, rgrads = reference(q, k, v, idx, BS, do)
     x = [t.detach().requires_grad_() for t in (q, k, v)]
     fp32_ref = torch.autograd.grad(selection_forward_reference(*x, idx, BS), x, do)
-    o, lse = selection_forward_triton(q, k, v, idx, BS, return_lse=True)
-    dq, dk, dv = selection_backward_triton(q, k, v, idx, BS, do, o, lse)
+    o, lse = selection_forward_triton(q, k, v, idx, BS, return_lse=True, tuning=tile)
+    dq, dk, dv = selection_backward_triton(q, k, v, idx, BS, do, o, lse, tuning=tile)
     assert rel_err(dv, rgrads[2]) < 1e-5
     for g, r, r32 in zip((dq, dk), rgrads[:2], fp32_ref[:2], strict=True):
         assert rel_err(g, r) < max(1e-5, 1.25 * rel_err(r32, r))
-    dv = selection_backward_triton(q, k, v, idx, BS, do, ro.float(), rlse.float())[2]
+    dv = selection_backward_triton(q, k, v, idx, BS, do, ro.float(), rlse.float(), tuning=tile)[2]
     assert rel_err(dv, rgrads[2]) < 1e-5
 
 

@@ -7,12 +7,11 @@ every mask. Outputs are allocated NaN-filled (see `poisoned`) so an unwritten el
 
 import pytest
 import torch
-from test_nsa_reference import odd_block_idx, qkv, rel_err
+from test_nsa_reference import odd_block_idx, qkv, rel_err, tuned
 
 from kernels.nsa import (
     _checks,
     backward,
-    forward,
     invert_block_idx,
     make_block_idx_random,
     make_block_idx_recent,
@@ -52,10 +51,10 @@ def reference(q, k, v, idx, bs, do, scale=None):
     return o, lse, grads
 
 
-def check_against_reference(q, k, v, idx, bs, do, scale=None):
+def check_against_reference(q, k, v, idx, bs, do, scale=None, tuning=None):
     tol = TOL[q.dtype]
-    o, lse = selection_forward_triton(q, k, v, idx, bs, scale=scale, return_lse=True)
-    dq, dk, dv = selection_backward_triton(q, k, v, idx, bs, do, o, lse, scale=scale)
+    o, lse = selection_forward_triton(q, k, v, idx, bs, scale=scale, return_lse=True, tuning=tuning)
+    dq, dk, dv = selection_backward_triton(q, k, v, idx, bs, do, o, lse, scale=scale, tuning=tuning)
     ro, rlse, rgrads = reference(q, k, v, idx, bs, do, scale)
     assert o.dtype == q.dtype and lse.dtype == torch.float32
     assert rel_err(o, ro) < tol
@@ -91,29 +90,27 @@ def test_forward_backward_vs_reference(case, cpu_dtype):
 @pytest.mark.parametrize(
     "case", [(1, 8, 2, 50, 32, 16, 4, "random"), (1, 16, 1, 45, 64, 16, 3, "odd")]
 )
-def test_long_lists_split_into_segments(case, monkeypatch):
+def test_long_lists_split_into_segments(case):
     """Segments of one chunk: every list of more than BLOCK_Q entries is split and reduced
     through the partial buffer; results stay exact and deterministic."""
-    monkeypatch.setattr(backward, "SEGMENT_CHUNKS", 1)
+    t = tuned(segment_chunks=1)
     B, Hq, Hkv, T, D, bs, S, pattern = case
     q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=T + 5)
     do = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=T + 6)[0]
     idx = make_idx(pattern, B, Hkv, T, bs, S)
-    o, lse, grads = check_against_reference(q, k, v, idx, bs, do)
-    again = selection_backward_triton(q, k, v, idx, bs, do, o, lse)
+    o, lse, grads = check_against_reference(q, k, v, idx, bs, do, tuning=t)
+    again = selection_backward_triton(q, k, v, idx, bs, do, o, lse, tuning=t)
     for a, b in zip(grads, again, strict=True):
         assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("rows,dq_rows,dkdv_rows", [(16, 32, 16), (16, None, 64), (64, 16, 32)])
-def test_tile_sizes(rows, dq_rows, dkdv_rows, monkeypatch):
+def test_tile_sizes(rows, dq_rows, dkdv_rows):
     """Other forward/dq/dk-dv tile sizes stay exact."""
-    monkeypatch.setattr(forward, "TILE_ROWS", rows)
-    monkeypatch.setattr(backward, "DQ_ROWS", dq_rows)
-    monkeypatch.setattr(backward, "DKDV_ROWS", dkdv_rows)
+    t = tuned(tile_rows=rows, dq_rows=dq_rows, dkdv_rows=dkdv_rows)
     q, k, v = qkv(1, 8, 2, 53, 32, dtype=torch.float32, seed=16)
     do = qkv(1, 8, 2, 53, 32, dtype=torch.float32, seed=17)[0]
-    check_against_reference(q, k, v, make_idx("odd", 1, 2, 53, 16, 4), 16, do)
+    check_against_reference(q, k, v, make_idx("odd", 1, 2, 53, 16, 4), 16, do, tuning=t)
 
 
 @pytest.mark.parametrize("block_t", [1, 3, 8])
@@ -163,10 +160,9 @@ def test_special_indices_int64_scale_and_recompute():
         assert torch.equal(a, b)
 
 
-def test_duplicate_blocks_in_one_tile_visited_once(monkeypatch):
+def test_duplicate_blocks_in_one_tile_visited_once():
     """Tokens of one tile select the same blocks in different slots (G = 2: 8 tokens a tile):
     each block is visited once per tile."""
-    monkeypatch.setattr(forward, "TILE_ROWS", 16)
     # Tokens of one tile select the same blocks in different slots (G = 2: 8 tokens a tile).
     B, Hq, Hkv, T, D, bs = 1, 2, 1, 40, 32, 16
     rows = []
@@ -179,7 +175,50 @@ def test_duplicate_blocks_in_one_tile_visited_once(monkeypatch):
     idx = torch.tensor(rows, dtype=torch.int32)[None, None].contiguous()
     q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=9)
     do = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=10)[0]
-    check_against_reference(q, k, v, idx, bs, do)
+    check_against_reference(q, k, v, idx, bs, do, tuning=tuned(tile_rows=16))
+
+
+def test_tuning_reaches_every_entry_point(monkeypatch):
+    """`tuning=` is honoured by the forward, the backward and selection_attention (seen in
+    what they allocate: the block path's 5-D partials, the dk/dv partial buffer, whose
+    length follows segment_chunks), and anything but an NsaTuning is refused."""
+    shapes = []
+    poison = _checks.new_empty
+
+    def recording(shape, dtype, device):
+        shapes.append(tuple(shape))
+        return poison(shape, dtype, device)
+
+    monkeypatch.setattr(_checks, "new_empty", recording)
+    B, Hq, Hkv, T, D, bs, S = 1, 4, 2, 40, 32, 16, 3
+    q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=12)
+    do = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=13)[0]
+    idx = make_idx("random", B, Hkv, T, bs, S)
+    ro, _, rgrads = reference(q, k, v, idx, bs, do)
+
+    def run(**fields):
+        shapes.clear()
+        x = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        o = selection_attention(*x, idx, bs, tuning=tuned(**fields))
+        o.backward(do)
+        assert rel_err(o, ro) < 1e-5
+        for got, want in zip((t.grad for t in x), rgrads, strict=True):
+            assert rel_err(got, want) < 1e-5
+        partials = [sh for sh in shapes if len(sh) == 5 and sh[2] == S]
+        dkdv_parts = [sh[1] for sh in shapes if len(sh) == 5 and sh[2] == 2]
+        return partials, dkdv_parts
+
+    assert run(schedule="blocks")[0] == [(B * Hkv, T, S, Hq // Hkv, D)]
+    assert run(schedule="tile")[0] == []
+    assert run(schedule="tile", segment_chunks=1)[1] != run(schedule="tile")[1]
+    a = _args()
+    for call in (
+        lambda: selection_forward_triton(a["q"], a["k"], a["v"], a["block_idx"], 16, tuning=1),
+        lambda: selection_backward_triton(**a, tuning={}),
+        lambda: selection_attention(a["q"], a["k"], a["v"], a["block_idx"], 16, tuning="x"),
+    ):
+        with pytest.raises(TypeError, match="NsaTuning"):
+            call()
 
 
 def test_invert_block_idx():

@@ -16,7 +16,7 @@ import pytest
 import torch
 from test_nsa_forward_blocks import (
     check_forward,
-    schedule,  # noqa: F401  (fixture)
+    schedule,
     tile_counts,
 )
 from test_nsa_kernels import (
@@ -69,19 +69,19 @@ RUNS = [
 ]
 
 
-def use_path(name, idx, bs, S, G, schedule, monkeypatch):  # noqa: F811
-    """Force one forward path (see PATHS); for "auto", check that both paths get tiles."""
+def use_path(name, idx, bs, S, G):
+    """The tuning of one forward path (see PATHS); for "auto", check that both paths get
+    tiles."""
     sched, rows = PATHS[name]
-    monkeypatch.setattr(forward, "TILE_ROWS", rows)
     if sched != "auto":
-        schedule(sched)
-        return
-    monkeypatch.setattr(forward, "FIX_TILES", 8)  # fix-up programs of 8 tiles, one short
-    counts = tile_counts(idx, bs, G)
+        return schedule(sched, tile_rows=rows)
+    counts = tile_counts(idx, bs, G, rows=rows)
     thr = (counts.min().item() + counts.max().item()) // 2
-    schedule("auto", ratio=(thr + 0.5) / S)
-    assert forward.block_path_min_blocks(S, G) == thr
+    # fix-up programs of 8 tiles, one short
+    t = schedule("auto", ratio=(thr + 0.5) / S, tile_rows=rows, fix_tiles=8)
+    assert forward.block_path_min_blocks(S, G, tuning=t) == thr
     assert (counts > thr).any() and (counts <= thr).any()
+    return t
 
 
 def check_rows(o, lse, ro, rlse, clean, nan_rows=None, nonfinite_rows=None):
@@ -101,27 +101,27 @@ def check_rows(o, lse, ro, rlse, clean, nan_rows=None, nonfinite_rows=None):
 
 
 @pytest.mark.parametrize("case,path", RUNS, ids=[f"{c}-{p}" for c, p in RUNS])
-def test_masked_keys_take_no_part(case, path, schedule, monkeypatch):  # noqa: F811
+def test_masked_keys_take_no_part(case, path):
     """NaN k with inf v, then -inf k with NaN v, at two disjoint sets of key positions."""
     B, Hq, Hkv, T, D, bs, S, pattern, p1, p2 = CASES[case]
     G = Hq // Hkv
     q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=T + 50)
     idx = make_idx(pattern, B, Hkv, T, bs, S)
-    use_path(path, idx, bs, S, G, schedule, monkeypatch)
+    t = use_path(path, idx, bs, S, G)
     ro, rlse = reference(q, k, v, idx, bs, torch.zeros_like(q))[:2]
     s1, s2 = seen(idx, bs, T, p1, G), seen(idx, bs, T, p2, G)
     # Both sets hide keys from rows of tiles that visit their block: the rows before them
     # in their own block, and rows of other tiles whose tokens chose it.
     assert (s1 | s2).any() and not (s1 | s2).all()
 
-    o, lse = fwd(q, at(k, p1, NAN), at(v, p2, INF), idx, bs, return_lse=True)
+    o, lse = fwd(q, at(k, p1, NAN), at(v, p2, INF), idx, bs, return_lse=True, tuning=t)
     check_rows(o, lse, ro, rlse, ~(s1 | s2), nan_rows=s1, nonfinite_rows=s2)
     # A visible -inf key is unspecified (its score may be -inf or +inf): s2 rows are left.
-    o, lse = fwd(q, at(k, p2, -INF), at(v, p1, NAN), idx, bs, return_lse=True)
+    o, lse = fwd(q, at(k, p2, -INF), at(v, p1, NAN), idx, bs, return_lse=True, tuning=t)
     check_rows(o, lse, ro, rlse, ~(s1 | s2), nan_rows=s1)
 
 
-def test_nan_at_the_last_token_reaches_only_its_row(schedule, monkeypatch):  # noqa: F811
+def test_nan_at_the_last_token_reaches_only_its_row():
     """Every token selects its own block and the one before: a NaN value at the last
     token is seen by the last row only, on each path."""
     B, Hq, Hkv, T, D, bs, S = 1, 4, 1, 45, 32, 16, 2
@@ -130,8 +130,8 @@ def test_nan_at_the_last_token_reaches_only_its_row(schedule, monkeypatch):  # n
     idx = torch.stack([own, own - 1], dim=-1).expand(B, Hkv, T, S).contiguous()
     ro = reference(q, k, v, idx, bs, torch.zeros_like(q))[0]
     for path in ("tile", "blocks"):
-        use_path(path, idx, bs, S, Hq, schedule, monkeypatch)
-        o = fwd(q, k, at(v, [T - 1], NAN), idx, bs)
+        t = use_path(path, idx, bs, S, Hq)
+        o = fwd(q, k, at(v, [T - 1], NAN), idx, bs, tuning=t)
         assert torch.isnan(o[:, :, T - 1]).all()
         assert torch.isfinite(o[:, :, : T - 1]).all()
         assert rel_err(o[:, :, : T - 1], ro[:, :, : T - 1]) < 1e-5
@@ -139,7 +139,7 @@ def test_nan_at_the_last_token_reaches_only_its_row(schedule, monkeypatch):  # n
 
 @pytest.mark.parametrize("path", ["tile", "blocks", "auto"])
 @pytest.mark.parametrize("pattern", ["random", "odd"])
-def test_repeated_block_counts_once(path, pattern, schedule, monkeypatch):  # noqa: F811
+def test_repeated_block_counts_once(path, pattern):
     """A block named by several slots of one row counts once, as in the dense reference
     (built from the set of selected blocks), on every path."""
     B, Hq, Hkv, T, D, bs, S = 1, 4, 2, 53, 32, 16, 4
@@ -148,19 +148,18 @@ def test_repeated_block_counts_once(path, pattern, schedule, monkeypatch):  # no
     t = torch.arange(T)[:, None]
     kept0 = (idx[..., 0] >= 0) & (idx[..., 0] * bs <= t[:, 0])
     assert (kept0 & (idx[..., -1] == idx[..., 0])).any()  # kept blocks are repeated
-    use_path(path, idx, bs, S, Hq // Hkv, schedule, monkeypatch)
-    check_forward(q, k, v, idx, bs)
+    check_forward(q, k, v, idx, bs, tuning=use_path(path, idx, bs, S, Hq // Hkv))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("sched", ["tile", "blocks", "auto"])
 @pytest.mark.parametrize("pattern", ["recent", "random"])
-def test_bf16_on_gpu(pattern, sched, schedule):  # noqa: F811
+def test_bf16_on_gpu(pattern, sched):
     """bf16 on a GPU (seed shape, G = 4, block 32, S 16; 'auto' with ratio 1 mixes both
     paths): NaN k and inf v, then inf k and NaN v, at keys in the middle of a block and at
     the last token, and repeats within rows. Clean rows match the fp32 reference on clean
     inputs; rows that see a NaN are NaN."""
-    schedule(sched, ratio=1)
+    t = schedule(sched, ratio=1)
     B, Hq, Hkv, T, D, bs, S = 1, 16, 4, 1000, 64, 32, 16
     g = torch.Generator(device="cuda").manual_seed(5)
     q, k, v = [
@@ -177,7 +176,7 @@ def test_bf16_on_gpu(pattern, sched, schedule):  # noqa: F811
         (at(k, p1, NAN), at(v, p2, INF), s1 | s2),
         (at(k, p2, INF), at(v, p1, NAN), s1),
     ):
-        o, lse = fwd(q, kx, vx, idx, bs, return_lse=True)
+        o, lse = fwd(q, kx, vx, idx, bs, return_lse=True, tuning=t)
         assert torch.isfinite(o[clean]).all()
         assert rel_err(o[clean], ro[clean]) < 1e-2
         fin = clean & torch.isfinite(rlse)

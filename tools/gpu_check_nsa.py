@@ -13,7 +13,7 @@ For each shape and index pattern ('recent', 'random') it reports:
   * at T = 32768 the backward's peak memory (max_memory_allocated with the inputs resident)
     against the bytes of q, k, v, block_idx, o, do, dq, dk, dv;
   * whether forward + backward capture into a CUDA graph and replay to identical results;
-  * a sweep of the kernels' tuning knobs at the seed shape, T = 32768 (skip: --no-sweep).
+  * a sweep of the kernels' tuning fields at the seed shape, T = 32768 (skip: --no-sweep).
 A failing case is recorded and the run continues. Prints a table; writes OUT_DIR/nsa_gpu.json.
 """
 
@@ -29,8 +29,6 @@ import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
-from kernels.nsa import backward as nsa_backward  # noqa: E402
-from kernels.nsa import forward as nsa_forward  # noqa: E402
 from kernels.nsa import (  # noqa: E402
     make_block_idx_random,
     make_block_idx_recent,
@@ -38,6 +36,7 @@ from kernels.nsa import (  # noqa: E402
     selection_forward_gather_reference,
     selection_forward_reference,
     selection_forward_triton,
+    tuning,
 )
 
 BS, S, D = 64, 16, 64
@@ -163,7 +162,10 @@ def run_case(B, Hq, Hkv, T, pattern, peak_tflops):
     return row
 
 
-SWEEP = [  # (TILE_ROWS, NUM_WARPS, DKDV_ROWS, SEGMENT_CHUNKS); the first is the default
+KNOBS = ["tile_rows", "num_warps", "dkdv_rows", "segment_chunks"]  # `kernels.nsa.tuning` fields
+_D = tuning.DEFAULT
+SWEEP = [  # values of KNOBS, passed as `tuning=`; the first is the default
+    (_D.forward.tile_rows, _D.forward.num_warps, _D.backward.dkdv_rows, _D.backward.segment_chunks),
     (16, 4, 64, 256),
     (32, 4, 64, 256),
     (64, 4, 64, 256),
@@ -176,35 +178,21 @@ SWEEP = [  # (TILE_ROWS, NUM_WARPS, DKDV_ROWS, SEGMENT_CHUNKS); the first is the
 ]
 
 
-KNOBS = [
-    (nsa_forward, "TILE_ROWS"),
-    (nsa_forward, "NUM_WARPS"),
-    (nsa_backward, "DKDV_ROWS"),
-    (nsa_backward, "SEGMENT_CHUNKS"),
-]
-
-
 def run_config(cfg, q, k, v, do, idx):
-    """Forward + backward and their times with the knobs set to cfg (restored after)."""
-    saved = [getattr(m, n) for m, n in KNOBS]
-    try:
-        for (m, n), val in zip(KNOBS, cfg, strict=True):
-            setattr(m, n, val)
-        o, lse = selection_forward_triton(q, k, v, idx, BS, return_lse=True)
-        out = (o, *selection_backward_triton(q, k, v, idx, BS, do, o, lse))
-        fwd_ms = bench(lambda: selection_forward_triton(q, k, v, idx, BS, return_lse=True))
-        bwd_ms = bench(lambda: selection_backward_triton(q, k, v, idx, BS, do, o, lse))
-        return out, fwd_ms, bwd_ms
-    finally:
-        for (m, n), val in zip(KNOBS, saved, strict=True):
-            setattr(m, n, val)
+    """Forward + backward and their times with the tuning fields KNOBS set to cfg."""
+    t = tuning.with_fields(**dict(zip(KNOBS, cfg, strict=True)))
+    o, lse = selection_forward_triton(q, k, v, idx, BS, return_lse=True, tuning=t)
+    out = (o, *selection_backward_triton(q, k, v, idx, BS, do, o, lse, tuning=t))
+    fwd_ms = bench(lambda: selection_forward_triton(q, k, v, idx, BS, return_lse=True, tuning=t))
+    bwd_ms = bench(lambda: selection_backward_triton(q, k, v, idx, BS, do, o, lse, tuning=t))
+    return out, fwd_ms, bwd_ms
 
 
 def sweep_pattern(pattern, T):
     q, k, v, do, idx = make_inputs(1, 16, 4, T, pattern)
     rows, base = [], None
     for cfg in SWEEP:
-        row = dict(pattern=pattern, T=T, config=dict(zip([n for _, n in KNOBS], cfg, strict=True)))
+        row = dict(pattern=pattern, T=T, config=dict(zip(KNOBS, cfg, strict=True)))
         try:
             out, row["fwd_ms"], row["bwd_ms"] = run_config(cfg, q, k, v, do, idx)
             base = base or out
@@ -222,7 +210,7 @@ def sweep_configs(T=32768):
     for pattern in ("recent", "random"):
         rows += sweep_pattern(pattern, T)
         torch.cuda.empty_cache()
-    print(f"\ntuning sweep, seed shape T={T} (TILE_ROWS, NUM_WARPS, DKDV_ROWS, SEGMENT_CHUNKS):")
+    print(f"\ntuning sweep, seed shape T={T} ({', '.join(KNOBS)}):")
     for r in rows:
         cfg = str(tuple(r["config"].values()))
         diff = fmt(r.get("max_rel_diff_vs_default"), ".1e")
@@ -266,7 +254,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--quick", action="store_true", help="seed shape up to T=8192 only")
-    ap.add_argument("--no-sweep", action="store_true", help="skip the tuning-knob sweep")
+    ap.add_argument("--no-sweep", action="store_true", help="skip the tuning sweep")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     t_start = time.time()

@@ -40,6 +40,7 @@ def main():
     import kernels.nsa.block_major as blk_mod
     import kernels.nsa.forward as fwd_mod
     import kernels.nsa.tiles as tiles_mod
+    from kernels.nsa import tuning
 
     # CPU tensors stand in for CUDA ones: the wrappers' device check is the only place that
     # minds (the interpreter stays off, so every launch takes its compiled-kernel settings).
@@ -76,8 +77,8 @@ def main():
                         compiled.clear()
                         nsa.selection_backward_triton(q, k, v, idx, bs, do, o, lse)
                     else:
-                        fwd_mod.FORWARD_SCHEDULE = path
-                        nsa.selection_forward_triton(q, k, v, idx, bs, return_lse=True)
+                        t = tuning.with_fields(schedule=path)
+                        nsa.selection_forward_triton(q, k, v, idx, bs, return_lse=True, tuning=t)
                 except Exception as e:  # report and go on
                     n_err += 1
                     print(f"{tag}  COMPILE ERROR {e!r}"[:400])

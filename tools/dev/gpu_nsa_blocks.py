@@ -1,11 +1,11 @@
 """GPU check of the NSA forward's block-major path: bf16 correctness, CUDA-graph timings of the
-three schedules, a sweep of the partial kernel's knobs, peak memory, a per-kernel profile.
+three schedules, a sweep of the partial kernel's tuning, peak memory, a per-kernel profile.
 
 Usage (on a CUDA machine, from the repository root):
     PYTHONPATH=src python3 -m tools.dev.gpu_nsa_blocks --out DIR [--budget-s 170]
     .venv/bin/python -m tools.dev.gpu_nsa_blocks --out DIR --cpu-smoke   (tiny, interpreter, fp32)
 
-1. Correctness, bf16 (fp32 in the smoke run): o and lse of FORWARD_SCHEDULE 'blocks' and
+1. Correctness, bf16 (fp32 in the smoke run): o and lse of schedule 'blocks' and
    'auto' against the dense fp32 reference at T in {1000, 4096}, seed shape (Hq 16, Hkv 4,
    G 4) and paper shape (Hq 64, Hkv 4, G 16), patterns 'recent' and 'random'; two calls
    must agree bitwise. Any rel err of o > 2e-2 (or lse off by more than 5e-2, or a repeat
@@ -13,13 +13,13 @@ Usage (on a CUDA machine, from the repository root):
 2. Timings by CUDA-graph replay (2 calls captured, replayed until ~50 ms, median of 7
    samples, per call) of schedules tile / blocks / auto: seed shape at T 8192 and 32768 and
    paper shape at T 65536, both patterns; auto/tile ratios and the T 8192 -> 32768 ratios.
-3. Sweep at seed, T = 32768, random: block_major.CHUNK_ROWS {64, 128, 256} (= 16, 32, 64
-   tokens at G = 4) x PARTIAL_WARPS {4, 8} x PARTIAL_STAGES {1, 2, 3, 4}, then at the best
-   of those LIST_WINDOW, BLOCK_PATH_RATIO, PARTIAL_WAVES and COMBINE_WARPS; every config's
+3. Sweep at seed, T = 32768, random: chunk_rows {64, 128, 256} (= 16, 32, 64
+   tokens at G = 4) x partial_warps {4, 8} x partial_stages {1, 2, 3, 4}, then at the best
+   of those list_window, block_path_ratio, partial_waves and combine_warps; every config's
    o is compared with the default's.
 4. Peak VRAM (max_memory_allocated over one auto call, inputs resident) at seed T = 32768,
    both patterns; a per-kernel device-time profile of the auto call there (torch.profiler).
---sections picks which of 1-4 run (default all); --set KNOB=VALUE changes a knob for the
+--sections picks which of 1-4 run (default all); --set FIELD=VALUE changes a tuning field for the
 whole run (the sweep's "default" is then that setting). A --budget-s guard skips whatever would
 start after the budget is spent (listed as skipped). Writes DIR/nsa_blocks.json and
 DIR/nsa_blocks.txt (the printed tables).
@@ -42,14 +42,13 @@ if SMOKE:
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from kernels.nsa import block_major as nsa_blocks  # noqa: E402
-from kernels.nsa import forward as nsa_fwd  # noqa: E402
 from kernels.nsa import (  # noqa: E402
     make_block_idx_random,
     make_block_idx_recent,
     selection_forward_reference,
     selection_forward_triton,
 )
+from kernels.nsa import tuning as nsa_tuning  # noqa: E402
 
 if SMOKE:
     DEV, DTYPE, BS, S, D = "cpu", torch.float32, 16, 4, 32
@@ -68,18 +67,19 @@ else:
     SWEEP_WINDOWS = (None, 1024, 2048, 4096, 8192, 16384)
 SCHEDULES = ("tile", "blocks", "auto")
 TOL_O, TOL_LSE = 2e-2, 5e-2
-KNOBS = [
-    (nsa_fwd, "FORWARD_SCHEDULE"),
-    (nsa_fwd, "BLOCK_PATH_RATIO"),
-    (nsa_fwd, "OVERLAP_TILE_KERNEL"),
-    (nsa_blocks, "CHUNK_ROWS"),
-    (nsa_blocks, "PARTIAL_WARPS"),
-    (nsa_blocks, "PARTIAL_WAVES"),
-    (nsa_blocks, "PARTIAL_STAGES"),
-    (nsa_blocks, "COMBINE_WARPS"),
-    (nsa_blocks, "COMBINE_WAVES"),
-    (nsa_blocks, "LIST_WINDOW"),
+KNOBS = [  # the tuning fields this tool sweeps or sets (`kernels.nsa.tuning`)
+    "schedule",
+    "block_path_ratio",
+    "overlap_tile_kernel",
+    "chunk_rows",
+    "partial_warps",
+    "partial_waves",
+    "partial_stages",
+    "combine_warps",
+    "combine_waves",
+    "list_window",
 ]
+TUNING = nsa_tuning.DEFAULT  # what `call` passes; `knobs` and --set replace fields of it
 OUT_LINES = []
 
 
@@ -91,30 +91,31 @@ def say(*parts):
 
 @contextlib.contextmanager
 def knobs(**values):
-    """Set knobs by name (see KNOBS) for the duration of the block, then restore."""
-    where = {n: m for m, n in KNOBS}
-    saved = {n: getattr(where[n], n) for n in values}
+    """Replace tuning fields by name (see KNOBS) for the duration of the block."""
+    global TUNING
+    saved = TUNING
+    TUNING = nsa_tuning.with_fields(TUNING, **values)
     try:
-        for n, val in values.items():
-            setattr(where[n], n, val)
         yield
     finally:
-        for n, val in saved.items():
-            setattr(where[n], n, val)
+        TUNING = saved
 
 
 def type_of(name, value):
-    """A knob's value from text: str for FORWARD_SCHEDULE, bool for OVERLAP_TILE_KERNEL,
-    int (or None) for the others."""
-    if name == "FORWARD_SCHEDULE":
+    """A field's value from text: str for schedule, bool for overlap_tile_kernel, int (or
+    None) for the others."""
+    if name == "schedule":
         return value
-    if name == "OVERLAP_TILE_KERNEL":
+    if name == "overlap_tile_kernel":
         return {"True": True, "False": False}[value]
     return int(value)
 
 
 def defaults():
-    return {n: getattr(m, n) for m, n in KNOBS}
+    flat = {}
+    for group in ("forward", "block_major", "backward"):
+        flat.update(vars(getattr(TUNING, group)))
+    return {n: flat[n] for n in KNOBS}
 
 
 def rel_err(got, ref):
@@ -132,7 +133,7 @@ def make_inputs(Hq, Hkv, T, pattern, seed=0):
 
 def call(x):
     q, k, v, idx = x
-    return selection_forward_triton(q, k, v, idx, BS, return_lse=True)
+    return selection_forward_triton(q, k, v, idx, BS, return_lse=True, tuning=TUNING)
 
 
 def sync():
@@ -193,7 +194,7 @@ def check_case(Hq, Hkv, T, pattern):
     for sched in ("blocks", "auto"):
         row = dict(Hq=Hq, Hkv=Hkv, T=T, pattern=pattern, schedule=sched)
         try:
-            with knobs(FORWARD_SCHEDULE=sched):
+            with knobs(schedule=sched):
                 o, lse = call(x)
                 again = call(x)
             sync()
@@ -239,7 +240,7 @@ def time_cases(deadline):
                 if time.time() > deadline:
                     row[sched] = "skipped"
                     continue
-                with knobs(FORWARD_SCHEDULE=sched):
+                with knobs(schedule=sched):
                     row[sched] = graph_ms(lambda x=x: call(x))
             del x
         except Exception as e:  # report and continue
@@ -281,7 +282,7 @@ def t_ratios(rows):
 def sweep(deadline):
     """Partial-kernel knobs at seed, T = TIME_T[-1], random: rows x warps, then ratio, waves."""
     x = make_inputs(*SEED, TIME_T[-1], "random")
-    with knobs(FORWARD_SCHEDULE="auto"):
+    with knobs(schedule="auto"):
         base = call(x)[0].clone()
     rows = []
 
@@ -292,7 +293,7 @@ def sweep(deadline):
             rows.append(row)
             return row
         try:
-            with knobs(FORWARD_SCHEDULE="auto", **cfg):
+            with knobs(schedule="auto", **cfg):
                 row["rel_diff_vs_default"] = rel_err(call(x)[0], base)
                 row["ms"] = graph_ms(lambda: call(x))
         except Exception as e:  # report and continue
@@ -305,18 +306,19 @@ def sweep(deadline):
     for rows_, warps, stages in [
         (r, w, st) for r in SWEEP_ROWS for w in SWEEP_WARPS for st in SWEEP_STAGES
     ]:
-        one(CHUNK_ROWS=rows_, PARTIAL_WARPS=warps, PARTIAL_STAGES=stages)
-    best = best_of(rows) or dict(config=dict(CHUNK_ROWS=nsa_blocks.CHUNK_ROWS,
-                                             PARTIAL_WARPS=nsa_blocks.PARTIAL_WARPS,
-                                             PARTIAL_STAGES=nsa_blocks.PARTIAL_STAGES))  # fmt: skip
+        one(chunk_rows=rows_, partial_warps=warps, partial_stages=stages)
+    bm = TUNING.block_major
+    best = best_of(rows) or dict(config=dict(chunk_rows=bm.chunk_rows,
+                                             partial_warps=bm.partial_warps,
+                                             partial_stages=bm.partial_stages))  # fmt: skip
     for window in SWEEP_WINDOWS:
-        one(**best["config"], LIST_WINDOW=window)
+        one(**best["config"], list_window=window)
     for ratio in SWEEP_RATIOS:
-        one(**best["config"], BLOCK_PATH_RATIO=ratio)
+        one(**best["config"], block_path_ratio=ratio)
     for waves in SWEEP_WAVES:
-        one(**best["config"], PARTIAL_WAVES=waves)
+        one(**best["config"], partial_waves=waves)
     for warps in SWEEP_COMBINE:
-        one(**best["config"], COMBINE_WARPS=warps)
+        one(**best["config"], combine_warps=warps)
     overall = best_of(rows)
     say(f"  best: {overall['config'] if overall else '-'} "
         f"{fmt(overall.get('ms') if overall else None, '.3f')} ms")  # fmt: skip
@@ -400,16 +402,17 @@ def main():
         "--set",
         nargs="+",
         default=[],
-        metavar="KNOB=VALUE",
-        help="knob values for the whole run (e.g. COMBINE_WARPS=16; None for None)",
+        metavar="FIELD=VALUE",
+        help="tuning fields for the whole run (e.g. combine_warps=16; None for None)",
     )
     args = ap.parse_args()
-    where = {n: m for m, n in KNOBS}
+    global TUNING
     for item in args.set:
         name, _, value = item.partition("=")
-        if name not in where:
-            ap.error(f"--set: unknown knob {name!r} (one of {', '.join(where)})")
-        setattr(where[name], name, None if value == "None" else type_of(name, value))
+        if name not in KNOBS:
+            ap.error(f"--set: unknown field {name!r} (one of {', '.join(KNOBS)})")
+        value = None if value == "None" else type_of(name, value)
+        TUNING = nsa_tuning.with_fields(TUNING, **{name: value})
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
     deadline = t0 + args.budget_s

@@ -1,11 +1,11 @@
 """One process: the NSA forward (`auto` schedule) at the seed shape, T = 32768, both patterns,
 timed with the suite's timer, and the random pattern's device time per kernel.
 
-    PYTHONPATH=src python3 -m tools.dev.gpu_nsa_profile TAG [KNOB=VALUE ...]    (about 15 s)
-    PYTHONPATH=src python3 -m tools.dev.gpu_nsa_profile --timeline TAG [KNOB=VALUE ...]
+    PYTHONPATH=src python3 -m tools.dev.gpu_nsa_profile TAG [FIELD=VALUE ...]    (about 15 s)
+    PYTHONPATH=src python3 -m tools.dev.gpu_nsa_profile --timeline TAG [FIELD=VALUE ...]
 
-KNOB=VALUE sets a knob of `kernels.nsa.block_major` (e.g. PARTIAL_STAGES=3) or, failing
-that, of `kernels.nsa.forward` (e.g. OVERLAP_TILE_KERNEL=False) for the run.
+FIELD=VALUE sets a field of the NSA tuning (`kernels.nsa.tuning`, e.g. partial_stages=3 or
+overlap_tile_kernel=False) for the run.
 Before timing a pattern it checks o and lse against the token-tile schedule (exits if
 they differ beyond bf16 rounding). Prints one JSON line: the tag, o's relative error per
 pattern, ms per call for 'random' and 'recent' (median of
@@ -27,24 +27,20 @@ import sys
 import torch
 
 from benchmarks.common import per_call_seconds
-from kernels.nsa import block_major, forward, selection_forward_triton
+from kernels.nsa import selection_forward_triton, tuning
 from kernels.nsa.indices import make_block_idx_random, make_block_idx_recent
 
 KERNELS = ("_partial_kernel", "_combine_kernel", "_fill_kernel", "_sel_fwd_kernel",
            "_tile_list_kernel", "_prefix_kernel")  # fmt: skip
 
 
-def check(q, k, v, idx, bs):
+def check(q, k, v, idx, bs, t):
     """o's relative error against the token-tile schedule (another algorithm: each token's
     blocks in turn, no partials), and lse's largest difference; exits before any timing
     when they are beyond bf16 rounding, so a wrong setting never prints a time."""
-    o, lse = selection_forward_triton(q, k, v, idx, bs, return_lse=True)
-    saved = forward.FORWARD_SCHEDULE
-    forward.FORWARD_SCHEDULE = "tile"
-    try:
-        ro, rlse = selection_forward_triton(q, k, v, idx, bs, return_lse=True)
-    finally:
-        forward.FORWARD_SCHEDULE = saved
+    o, lse = selection_forward_triton(q, k, v, idx, bs, return_lse=True, tuning=t)
+    tile = tuning.with_fields(t, schedule="tile")
+    ro, rlse = selection_forward_triton(q, k, v, idx, bs, return_lse=True, tuning=tile)
     err = ((o.float() - ro.float()).norm() / ro.float().norm()).item()
     finite = torch.isfinite(rlse)
     dlse = (lse[finite] - rlse[finite]).abs().max().item()
@@ -84,13 +80,14 @@ def main():
     show_timeline = sys.argv[1] == "--timeline"
     if show_timeline:
         del sys.argv[1]
-    tag, knobs = sys.argv[1], sys.argv[2:]
-    for kv in knobs:
+    tag, fields = sys.argv[1], sys.argv[2:]
+    t = tuning.DEFAULT
+    for kv in fields:
         name, value = kv.split("=", 1)
-        module = next((m for m in (block_major, forward) if hasattr(m, name)), None)
-        if module is None or not name.isupper():
-            raise SystemExit(f"unknown knob {name}")
-        setattr(module, name, ast.literal_eval(value))
+        try:
+            t = tuning.with_fields(t, **{name: ast.literal_eval(value)})
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
     B, Hq, Hkv, T, D, bs, S = 1, 16, 4, 32768, 64, 64, 16
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (
@@ -105,9 +102,9 @@ def main():
             idx = make_block_idx_recent(B, Hkv, T, bs, S, "cuda")
 
         def call():
-            return selection_forward_triton(q, k, v, idx, bs)
+            return selection_forward_triton(q, k, v, idx, bs, tuning=t)
 
-        res[f"{pattern}_err"] = check(q, k, v, idx, bs)
+        res[f"{pattern}_err"] = check(q, k, v, idx, bs, t)
         res[pattern] = round(statistics.median(per_call_seconds([call], 2)) * 1e3, 4)
         if pattern == "random":
             from torch.profiler import ProfilerActivity, profile

@@ -4,17 +4,18 @@ Usage (on a CUDA machine, from the repository root):
     PYTHONPATH=src python -m tools.dev.gpu_tune_nsa --out OUT_DIR [--budget 200] [--no-sweep]
 
 1. Correctness: bf16 forward and backward against the dense fp32 reference at T = 2048,
-   patterns 'recent' and 'random', G = 4 (Hq 16 / Hkv 4) and G = 16 (Hq 16 / Hkv 1), for
-   both block loops (forward.TILE_LOOP = 'list' and 'pairs'); the bound is 1e-2.
-2. Timings (triton.testing.do_bench, median) with the default knobs: the seed shape
+   patterns 'recent' and 'random', G = 4 (Hq 16 / Hkv 4) and G = 16 (Hq 16 / Hkv 1); the
+   bound is 1e-2.
+2. Timings (triton.testing.do_bench, median) with the default tuning: the seed shape
    (B 1, Hq 16, Hkv 4, D 64, bs 64, S 16) at T = 8192 and 32768, both patterns, and the paper
    shape (Hq 64, Hkv 4) at T = 65536 'recent'; % of the bf16 matmul rate measured here;
    T = 8192 -> 32768 time ratios; pass/fail against the targets.
 3. Backward peak memory at the seed shape, T = 32768 (inputs resident, lse given) against
    the bytes of q, k, v, block_idx, o, do, dq, dk, dv (target <= 1.5x).
-4. Sweeps, one knob group at a time, the others at their defaults: the forward (TILE_LOOP,
-   TILE_ROWS, NUM_WARPS, NUM_STAGES), the dq kernel (TILE_LOOP, DQ_ROWS, DQ_WARPS, DQ_STAGES)
-   and the dk/dv kernel (DKDV_ROWS, DKDV_WARPS, DKDV_STAGES, SEGMENT_CHUNKS), at T = 32768 for
+4. Sweeps of `kernels.nsa.tuning` fields, one group at a time, the others at their
+   defaults: the forward (tile_rows, num_warps, num_stages), the dq kernel (dq_rows,
+   dq_warps, dq_stages) and the dk/dv kernel (dkdv_rows, dkdv_warps, dkdv_stages,
+   segment_chunks), passed as `tuning=`, at T = 32768 for
    both patterns and on the paper shape; every config's outputs are compared with the
    default's. Then the best of each group together, per case. Sweeps stop when --budget
    seconds have passed (the rest is listed as skipped).
@@ -32,14 +33,13 @@ import traceback
 import torch
 import triton
 
-from kernels.nsa import backward as nsa_bwd
-from kernels.nsa import forward as nsa_fwd
 from kernels.nsa import (
     make_block_idx_random,
     make_block_idx_recent,
     selection_backward_triton,
     selection_forward_reference,
     selection_forward_triton,
+    tuning,
 )
 
 BS, S, D = 64, 16, 64
@@ -54,19 +54,14 @@ CASES = {
 }
 SWEEP_CASES = ["seed-32k-recent", "seed-32k-random", "paper-64k-recent"]
 
-FWD_KNOBS = [(nsa_fwd, "TILE_LOOP"), (nsa_fwd, "TILE_ROWS"), (nsa_fwd, "NUM_WARPS")]
-FWD_KNOBS += [(nsa_fwd, "NUM_STAGES")]
-DQ_KNOBS = [(nsa_fwd, "TILE_LOOP"), (nsa_bwd, "DQ_ROWS"), (nsa_bwd, "DQ_WARPS")]
-DQ_KNOBS += [(nsa_bwd, "DQ_STAGES")]
-DKDV_KNOBS = [(nsa_bwd, "DKDV_ROWS"), (nsa_bwd, "DKDV_WARPS"), (nsa_bwd, "DKDV_STAGES")]
-DKDV_KNOBS += [(nsa_bwd, "SEGMENT_CHUNKS")]
-ALL_KNOBS = list(dict.fromkeys(FWD_KNOBS + DQ_KNOBS + DKDV_KNOBS))
+FWD_KNOBS = ["tile_rows", "num_warps", "num_stages"]  # `kernels.nsa.tuning` field names
+DQ_KNOBS = ["dq_rows", "dq_warps", "dq_stages"]
+DKDV_KNOBS = ["dkdv_rows", "dkdv_warps", "dkdv_stages", "segment_chunks"]
+ALL_KNOBS = FWD_KNOBS + DQ_KNOBS + DKDV_KNOBS
+TUNING = tuning.DEFAULT  # what every call passes; `knobs` replaces fields of it
 
-
-# Forward and dq: the old design first ('pairs' loop, 16 rows as before, and 64 rows), then
-# the 'list' loop over rows x warps x stages (and one unpipelined point).
-TILE_SWEEP = [("pairs", 16, 4, 1), ("pairs", 64, 4, 1), ("list", 64, 4, 1)]
-TILE_SWEEP += list(itertools.product(["list"], [16, 32, 64, 128], [4, 8], [2, 3]))
+# Forward and dq: rows x warps x stages (and one unpipelined point).
+TILE_SWEEP = [(64, 4, 1)] + list(itertools.product([16, 32, 64, 128], [4, 8], [2, 3]))
 DKDV_SWEEP = [(r, w, s, 256) for r, w, s in itertools.product([32, 64, 128], [4, 8], [2, 3])]
 DKDV_SWEEP += [(64, 4, 1, 256)] + [(64, 4, 2, c) for c in (32, 64, 1024)]
 
@@ -87,15 +82,21 @@ def matmul_tflops():
 
 @contextlib.contextmanager
 def knobs(settings):
-    """Set (module, name) -> value for the duration of the block, then restore."""
-    saved = {(m, n): getattr(m, n) for (m, n) in settings}
+    """Replace tuning fields (name -> value) for the duration of the block."""
+    global TUNING
+    saved = TUNING
+    TUNING = tuning.with_fields(TUNING, **settings)
     try:
-        for (m, n), val in settings.items():
-            setattr(m, n, val)
         yield
     finally:
-        for (m, n), val in saved.items():
-            setattr(m, n, val)
+        TUNING = saved
+
+
+def default_values():
+    flat = {}
+    for group in ("forward", "block_major", "backward"):
+        flat.update(vars(getattr(tuning.DEFAULT, group)))
+    return {n: flat[n] for n in ALL_KNOBS}
 
 
 def make_inputs(Hq, Hkv, T, pattern, seed=0):
@@ -109,22 +110,19 @@ def make_inputs(Hq, Hkv, T, pattern, seed=0):
 
 def run_all(x):
     q, k, v, do, idx = x
-    o, lse = selection_forward_triton(q, k, v, idx, BS, return_lse=True)
-    return (o, lse, *selection_backward_triton(q, k, v, idx, BS, do, o, lse))
+    o, lse = selection_forward_triton(q, k, v, idx, BS, return_lse=True, tuning=TUNING)
+    return (o, lse, *selection_backward_triton(q, k, v, idx, BS, do, o, lse, tuning=TUNING))
 
 
 def check_correctness():
-    """bf16 kernels vs the dense fp32 reference at T = 2048, both loops, G = 4 and 16."""
+    """bf16 kernels vs the dense fp32 reference at T = 2048, G = 4 and 16."""
     rows = []
-    for (Hq, Hkv), pattern, loop in itertools.product(
-        [(16, 4), (16, 1)], ["recent", "random"], nsa_fwd.TILE_LOOPS
-    ):
-        row = dict(G=Hq // Hkv, pattern=pattern, loop=loop)
+    for (Hq, Hkv), pattern in itertools.product([(16, 4), (16, 1)], ["recent", "random"]):
+        row = dict(G=Hq // Hkv, pattern=pattern)
         try:
             x = make_inputs(Hq, Hkv, 2048, pattern)
-            with knobs({(nsa_fwd, "TILE_LOOP"): loop}):
-                o, _, *grads = run_all(x)
-                again = run_all(x)
+            o, _, *grads = run_all(x)
+            again = run_all(x)
             q, k, v, do, idx = x
             ref = [t.float().requires_grad_() for t in (q, k, v)]
             ro = selection_forward_reference(*ref, idx, BS)
@@ -140,28 +138,29 @@ def check_correctness():
             row["traceback"] = traceback.format_exc()
         rows.append(row)
         errs = " ".join(f"{row.get('err_' + n, float('nan')):.1e}" for n in ("o", "dq", "dk", "dv"))
-        print(f"  G={row['G']:>2} {pattern:>6} {loop:>5}: {'ok ' if row['ok'] else 'FAIL'} "
+        print(f"  G={row['G']:>2} {pattern:>6}: {'ok ' if row['ok'] else 'FAIL'} "
               f"err o/dq/dk/dv {errs} {row.get('error', '')}", flush=True)  # fmt: skip
     return rows
 
 
 def time_case(x, rep=40):
     q, k, v, do, idx = x
-    o, lse = selection_forward_triton(q, k, v, idx, BS, return_lse=True)
-    selection_backward_triton(q, k, v, idx, BS, do, o, lse)
-    fwd = bench(lambda: selection_forward_triton(q, k, v, idx, BS, return_lse=True), rep)
-    bwd = bench(lambda: selection_backward_triton(q, k, v, idx, BS, do, o, lse), rep)
+    t = TUNING
+    o, lse = selection_forward_triton(q, k, v, idx, BS, return_lse=True, tuning=t)
+    selection_backward_triton(q, k, v, idx, BS, do, o, lse, tuning=t)
+    fwd = bench(lambda: selection_forward_triton(q, k, v, idx, BS, return_lse=True, tuning=t), rep)
+    bwd = bench(lambda: selection_backward_triton(q, k, v, idx, BS, do, o, lse, tuning=t), rep)
     return fwd, bwd
 
 
 def backward_peak(x):
     """Peak allocated bytes of one backward (lse given) with its inputs resident."""
     q, k, v, do, idx = x
-    o, lse = selection_forward_triton(q, k, v, idx, BS, return_lse=True)
+    o, lse = selection_forward_triton(q, k, v, idx, BS, return_lse=True, tuning=TUNING)
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    grads = selection_backward_triton(q, k, v, idx, BS, do, o, lse)
+    grads = selection_backward_triton(q, k, v, idx, BS, do, o, lse, tuning=TUNING)
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated()
     tensors = sum(t.numel() * t.element_size() for t in (q, k, v, idx, o, do, *grads))
@@ -172,7 +171,7 @@ def sweep_group(name, knob_list, configs, x, base, deadline, bwd):
     """Time each config of one knob group; compare its outputs with the default's."""
     rows = []
     for cfg in configs:
-        row = dict(group=name, config=dict(zip([n for _, n in knob_list], cfg, strict=True)))
+        row = dict(group=name, config=dict(zip(knob_list, cfg, strict=True)))
         if time.time() > deadline:
             row["skipped"] = True
             rows.append(row)
@@ -183,10 +182,14 @@ def sweep_group(name, knob_list, configs, x, base, deadline, bwd):
                 fwd, bwd_ms = time_case(x, rep=25) if bwd else (None, None)
                 if not bwd:
                     q, k, v, _, idx = x
+                    t = TUNING
                     fwd = bench(
-                        lambda: selection_forward_triton(q, k, v, idx, BS, return_lse=True), 25
+                        lambda: selection_forward_triton(
+                            q, k, v, idx, BS, return_lse=True, tuning=t
+                        ),
+                        25,
                     )
-            # o, dq, dk, dv (not lse) against the default knobs' results.
+            # o, dq, dk, dv (not lse) against the default tuning's results.
             row["max_rel_diff_vs_default"] = max(
                 rel_err(out[i], base[i]) for i in range(len(out)) if i != 1
             )
@@ -222,7 +225,6 @@ def sweep_case(name, deadline):
                 print(f"        MISMATCH {tuple(r['config'].values())}: {diff:.1e}")
     combined = {}
     if best["fwd"] and best["dq"] and best["dkdv"]:
-        # The forward and dq share TILE_LOOP: each is timed with its own group's best.
         with knobs(knob_values(best["fwd"], FWD_KNOBS)):
             combined["fwd_ms"] = time_case(x)[0]
         bwd_set = {**knob_values(best["dq"], DQ_KNOBS), **knob_values(best["dkdv"], DKDV_KNOBS)}
@@ -240,7 +242,7 @@ def best_of(rows):
 
 
 def knob_values(cfg_row, knob_list):
-    return {(m, n): cfg_row["config"][n] for m, n in knob_list}
+    return {n: cfg_row["config"][n] for n in knob_list}
 
 
 def fmt(x, spec):
@@ -258,14 +260,14 @@ def main():
     deadline = t0 + args.budget
     result = dict(device=torch.cuda.get_device_name(), torch=torch.__version__)
     result["triton"] = triton.__version__
-    result["defaults"] = {n: getattr(m, n) for m, n in ALL_KNOBS}
+    result["defaults"] = default_values()
     peak = result["matmul_bf16_tflops"] = matmul_tflops()
     print(f"bf16 matmul 8192^3: {peak:.0f} TFLOP/s; defaults {result['defaults']}")
 
     print("\ncorrectness, bf16 vs dense fp32 reference, T=2048:")
     result["correctness"] = check_correctness()
 
-    print(f"\ndefault knobs ({time.time() - t0:.0f}s):")
+    print(f"\ndefault tuning ({time.time() - t0:.0f}s):")
     times = {}
     for name, (Hq, Hkv, T, pattern, tf, tb) in CASES.items():
         row = dict(Hq=Hq, Hkv=Hkv, T=T, pattern=pattern, fwd_target=tf, bwd_target=tb)

@@ -10,11 +10,14 @@ class SelectionAttention(torch.autograd.Function):
     """o = selection attention(q, k, v); saves lse so the backward does not recompute it."""
 
     @staticmethod
-    def forward(ctx, q, k, v, block_idx, block_size, scale):
-        o, lse = selection_forward_triton(q, k, v, block_idx, block_size, scale, return_lse=True)
+    def forward(ctx, q, k, v, block_idx, block_size, scale, tuning):
+        o, lse = selection_forward_triton(
+            q, k, v, block_idx, block_size, scale, return_lse=True, tuning=tuning
+        )
         ctx.save_for_backward(q, k, v, block_idx, o, lse)
         ctx.block_size = block_size
         ctx.scale = scale
+        ctx.tuning = tuning
         return o
 
     @staticmethod
@@ -29,17 +32,19 @@ class SelectionAttention(torch.autograd.Function):
             )
         q, k, v, block_idx, o, lse = ctx.saved_tensors
         dq, dk, dv = selection_backward_triton(
-            q, k, v, block_idx, ctx.block_size, do.contiguous(), o, lse, ctx.scale
-        )
-        return dq, dk, dv, None, None, None
+            q, k, v, block_idx, ctx.block_size, do.contiguous(), o, lse, ctx.scale,
+            tuning=ctx.tuning,
+        )  # fmt: skip
+        return dq, dk, dv, None, None, None, None
 
 
-def selection_attention(q, k, v, block_idx, block_size, scale=None):
+def selection_attention(q, k, v, block_idx, block_size, scale=None, *, tuning=None):
     """Autograd-enabled NSA selection attention (Triton kernels).
 
     Args and shapes as for `selection_forward_triton`: q [B, Hq, T, D], k/v [B, Hkv, T, D],
     block_idx [B, Hkv, T, S] int32/int64. Returns o [B, Hq, T, D] in q's dtype; gradients
     flow to q, k and v. First-order only: a backward with create_graph=True (double backward,
-    e.g. a Hessian-vector product) raises ValueError.
+    e.g. a Hessian-vector product) raises ValueError. tuning: launch settings, an
+    `NsaTuning` (None: `tuning.DEFAULT`).
     """
-    return SelectionAttention.apply(q, k, v, block_idx, block_size, scale)
+    return SelectionAttention.apply(q, k, v, block_idx, block_size, scale, tuning)

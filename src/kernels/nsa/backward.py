@@ -4,8 +4,8 @@ With P = exp(s - lse) recomputed from q, k and the forward's lse, and delta = ro
 dS = P * (do v^T - delta), dq = scale * dS k, dk = scale * dS^T q, dv = P^T do.
 
 * dq kernel: the forward's tiling and block loop (a tile of BLOCK_T tokens x G heads per
-  program, each kept block visited once per tile; knobs DQ_ROWS, DQ_WARPS, DQ_STAGES and the
-  forward's tile lists). It also computes delta for its rows from o and do and stores it
+  program, each kept block visited once per tile; `tuning.BackwardTuning` dq_rows, dq_warps,
+  dq_stages and the forward's tile lists). It also computes delta for its rows from o and do and stores it
   (fp32 [B, Hq, T]) for the dk/dv kernel, so no separate pass over o and do is needed.
 * dk/dv without float atomics: block_idx is inverted into a per-(b, kv head, key block) CSR
   list of the query positions that kept the block (`invert_block_idx`: each slot becomes the
@@ -14,7 +14,7 @@ dS = P * (do v^T - delta), dq = scale * dS k, dk = scale * dS^T q, dv = P^T do.
   A program owns dk/dv of one key block and loops over its list in chunks of BLOCK_Q tokens x
   G heads, gathering their q, do, lse, delta and lo rows. Load balance: a block chosen by many
   queries (block 0 of the 'random' pattern is chosen by all of them) would be one long serial
-  program, so each list is cut into segments of SEGMENT_CHUNKS * BLOCK_Q entries, one program
+  program, so each list is cut into segments of segment_chunks * BLOCK_Q entries, one program
   per segment. A block with one segment (the common case) writes dk/dv directly; the segments
   of a longer list write fp32 partials that a small kernel then adds in segment order. The grid
   is a static bound on the number of segments (NB + T * S / segment length; spare programs
@@ -57,7 +57,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import _checks, forward
+from . import _checks
 from .forward import selection_forward_triton
 from .tiles import (
     LOG2E,
@@ -68,19 +68,7 @@ from .tiles import (
     tile_config,
     use_for_loop,
 )
-
-# Tuning knobs, read at call time. dq: query rows per program (None: the forward's
-# TILE_ROWS), warps and pipeline stages. dk/dv: gathered query rows (BLOCK_Q tokens x padded
-# group) per chunk, chunks per program before a block's query list is split, warps, stages.
-# SORT_ENTRIES bounds the slots sorted at once by `invert_block_idx` (its temporaries).
-DQ_ROWS = None
-DQ_WARPS = 4
-DQ_STAGES = 2
-DKDV_ROWS = 128
-SEGMENT_CHUNKS = 256
-DKDV_WARPS = 4
-DKDV_STAGES = 2
-SORT_ENTRIES = 1 << 19  # one (b, kv head) row at the seed shape, T=32768: peak VRAM
+from .tuning import resolve
 
 
 @triton.jit
@@ -371,7 +359,7 @@ def _sel_bwd_reduce_kernel(
         tl.store(DV + p_kv, b_dv.to(DV.dtype.element_ty), mask=k_ok)
 
 
-def invert_block_idx(block_idx, block_size, unique=True):
+def invert_block_idx(block_idx, block_size, unique=True, tuning=None):
     """CSR inverse of block_idx: which query positions kept each key block.
 
     Args:
@@ -390,7 +378,8 @@ def invert_block_idx(block_idx, block_size, unique=True):
     Device-side torch ops only (no host sync). Slot (t, s) gets the key
     j * T + t (j = NB when dropped), unique per row, so one sort of the keys orders entries
     by block and then token; the keys are int32 unless (NB + 1) * T overflows it. Rows are
-    sorted SORT_ENTRIES slots at a time, which bounds the sort's temporaries; O(T * S) memory.
+    sorted `sort_entries` slots at a time (`tuning`, an `NsaTuning`; None: the default),
+    which bounds the sort's temporaries; O(T * S) memory.
     """
     _checks.check_block_idx_arg(block_idx, block_size)
     B, Hkv, T, S = block_idx.shape
@@ -402,7 +391,7 @@ def invert_block_idx(block_idx, block_size, unique=True):
     bounds = torch.arange(NB + 1, device=dev, dtype=kdt) * T
     row_ptr = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
     col = torch.empty(BH, T * S, dtype=torch.int32, device=dev)
-    rows = max(1, SORT_ENTRIES // (T * S))
+    rows = max(1, resolve(tuning).backward.sort_entries // (T * S))
     for r0 in range(0, BH, rows):
         j = idx[r0 : r0 + rows]
         kept = (j >= 0) & (j < NB) & (j * block_size <= t)
@@ -463,7 +452,7 @@ def renormalise(dtype):
     return dtype == torch.float32
 
 
-def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale):
+def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale, tuning):
     """Run the dq kernel; returns (dq, delta, lse_lo), the last two fp32 [B, Hq, T]: delta =
     rowsum(o * do) and the base-2 correction of lse (None unless `renormalise`). Its tile
     lists are freed on return."""
@@ -471,9 +460,10 @@ def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale):
     delta = _checks.new_empty(q.shape[:3], torch.float32, q.device)
     renorm = renormalise(q.dtype)
     lse_lo = _checks.new_empty(q.shape[:3], torch.float32, q.device) if renorm else None
-    rows = forward.TILE_ROWS if DQ_ROWS is None else DQ_ROWS
+    bt = tuning.backward
+    rows = tuning.forward.tile_rows if bt.dq_rows is None else bt.dq_rows
     block_g, block_t, prec = tile_config(dims.G, q.dtype, rows)
-    lists, counts = tile_block_lists(block_idx, block_size, block_t)
+    lists, counts = tile_block_lists(block_idx, block_size, block_t, tuning=tuning)
     grid = (triton.cdiv(dims.T, block_t), dims.B * dims.Hkv)
     # One int32 per tile, written by the plain launch for every tile, read by the SAFE one.
     redo = torch.empty(grid[0] * grid[1], dtype=torch.int32, device=q.device)
@@ -486,19 +476,20 @@ def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale):
             S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
             BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(), SAFE=safe,
             RENORM=renorm,
-            num_warps=DQ_WARPS, num_stages=DQ_STAGES,
+            num_warps=bt.dq_warps, num_stages=bt.dq_stages,
         )  # fmt: skip
     return dq, delta, lse_lo
 
 
-def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scale):
+def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scale, tuning):
     """Run the dk/dv kernels over the inverted index; returns (dk, dv)."""
     dk = _checks.new_empty(k.shape, k.dtype, k.device)
     dv = _checks.new_empty(v.shape, v.dtype, v.device)
     block_g, _, prec = tile_config(dims.G, q.dtype, 1)
-    row_ptr, col = invert_block_idx(block_idx, block_size, unique=False)
-    block_q = max(1, DKDV_ROWS // block_g)
-    seg_len = block_q * SEGMENT_CHUNKS
+    bt = tuning.backward
+    row_ptr, col = invert_block_idx(block_idx, block_size, unique=False, tuning=tuning)
+    block_q = max(1, bt.dkdv_rows // block_g)
+    seg_len = block_q * bt.segment_chunks
     seg_block, seg_start, part_start, n_part = split_long_lists(row_ptr, seg_len, dims.T * dims.S)
     BH = dims.B * dims.Hkv
     part = _checks.new_empty((BH, n_part, 2, block_size, dims.D), torch.float32, q.device)
@@ -509,8 +500,8 @@ def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scal
         dims.T, dims.NB, seg_block.shape[1], n_part, seg_len, dims.Hq, dims.G, qk_scale,
         dims.scale, S=dims.S, D=dims.D, BS=block_size, BLOCK_Q=block_q, BLOCK_G=block_g,
         PREC=prec, FOR_LOOP=use_for_loop(), RENORM=lse_lo is not None,
-        num_warps=DKDV_WARPS,
-        num_stages=DKDV_STAGES,
+        num_warps=bt.dkdv_warps,
+        num_stages=bt.dkdv_stages,
     )  # fmt: skip
     _sel_bwd_reduce_kernel[(dims.NB, BH)](
         seg_start, part_start, part, dk, dv, dims.T, dims.NB, n_part, dims.scale,
@@ -519,7 +510,9 @@ def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scal
     return dk, dv
 
 
-def selection_backward_triton(q, k, v, block_idx, block_size, do, o, lse=None, scale=None):
+def selection_backward_triton(
+    q, k, v, block_idx, block_size, do, o, lse=None, scale=None, *, tuning=None
+):
     """NSA selection attention backward (Triton).
 
     Args:
@@ -528,16 +521,22 @@ def selection_backward_triton(q, k, v, block_idx, block_size, do, o, lse=None, s
         o: [B, Hq, T, D] the forward output.
         lse: optional fp32 [B, Hq, T] from the forward (`return_lse=True`); recomputed by a
             forward pass when None.
+        tuning: launch settings, an `NsaTuning` (None: `tuning.DEFAULT`).
     Returns:
         (dq, dk, dv) shaped like q, k, v, in q's dtype. Rows with no visible key contribute 0.
         A block repeated within a row counts once. An inf or NaN in k or v reaches only the
         gradients of the rows that see it and of the keys those rows see (see the module
         doc); those are unspecified, as is the gradient of the non-finite element itself.
     """
+    tuning = resolve(tuning)
     dims = _checks.check_backward_args(q, k, v, block_idx, block_size, do, o, lse, scale)
     if lse is None:
-        _, lse = selection_forward_triton(q, k, v, block_idx, block_size, scale, return_lse=True)
+        _, lse = selection_forward_triton(
+            q, k, v, block_idx, block_size, scale, return_lse=True, tuning=tuning
+        )
     qk_scale = dims.scale * LOG2E
-    dq, delta, lse_lo = _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale)
-    dk, dv = _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scale)
+    dq, delta, lse_lo = _dq_and_delta(
+        q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale, tuning
+    )
+    dk, dv = _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scale, tuning)
     return dq, dk, dv

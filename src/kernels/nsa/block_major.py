@@ -7,7 +7,7 @@ that chose it. Steps (all on the device, no host sync, so the call stays captura
 CUDA graph):
 
 1. Count (in tiles.py's tile-list kernel): HIST[bh, w, j] = tokens of block-handled
-   tiles of window w (LIST_WINDOW consecutive tokens) that kept block j (a row that lists
+   tiles of window w (`list_window` consecutive tokens) that kept block j (a row that lists
    j twice counts once), one int32 atomic per distinct block of a tile. Each
    (window, block) pair has its own list, and the lists
    run window by window: the programs, which walk the lists in order, all work on one window
@@ -34,8 +34,8 @@ CUDA graph):
    gathered q rows, and each real row gets the softmax of that block alone: o_part =
    (p @ v) / l and lse_part = m + log2(l) (base 2), stored at PART_O[bh, t, s, g, :] /
    PART_L[bh, t, s, g]. Every kept block has a visible key (j * bs <= t), so lse_part is
-   finite. Programs are persistent (PARTIAL_WAVES) and walk their chunks in a loop that
-   Triton software-pipelines (PARTIAL_STAGES): the loop body has no inner loop (its one
+   finite. Programs are persistent (`partial_waves`) and walk their chunks in a loop that
+   Triton software-pipelines (`partial_stages`): the loop body has no inner loop (its one
    branch, the causal mask, holds no load), so the next chunks' list entries, gathered q
    rows and K/V blocks are copied to shared memory while this chunk computes. A block
    chosen by every token (block 0 of the 'random' pattern) simply fills many chunks, so the
@@ -82,37 +82,7 @@ from .tiles import (
     _tile_rows,
     window_tiles,
 )
-
-# Tuning knobs, read at call time: query rows (list entries x padded group) per chunk of the
-# partial kernel (16-bit inputs; fp32 takes half), its warps, and its persistent programs
-# per SM over all (b, kv head) (None: one program per chunk, a static bound on the chunk
-# count) and its software-pipeline stages (1: no pipelining); warps of the combine and its
-# persistent programs per SM (None: one program per tile); blocks per prefix-sum step;
-# tokens per list window (None: one window); warps of the fill kernel.
-# Defaults from tools/dev/gpu_nsa_blocks.py's sweeps on the H200 (docs/perf/nsa.md, v4 and v6;
-# FILL_WARPS from v11: 0.077 ms on 4 warps, 0.072 on 2, 0.074 on 1; COMBINE_WAVES from
-# v12, with the two-pass combine; CHUNK_ROWS from v13: with PARTIAL_PREFETCH, 64 rows (four
-# programs per SM: 98 registers, 56 KB of shared memory) beat 128 (three) by 4%).
-CHUNK_ROWS = 64
-PARTIAL_WARPS = 4
-PARTIAL_WAVES = 16
-PARTIAL_STAGES = 2
-COMBINE_WARPS = 16
-COMBINE_WAVES = 1
-PREFIX_BLOCK = 4096
-LIST_WINDOW = 4096
-FILL_WARPS = 2
-# Largest sort key the fill kernel keeps in 32 bits ((NB + 1) * padded slots per tile), and
-# largest per-row offset the partial kernel keeps in 32 bits (T * S * padded group * D);
-# past them, 64 bits.
-FILL_KEY32_MAX = 2**31 - 1
-PARTIAL_OFF32_MAX = 2**31 - 1
-# Whether the partial kernel takes 1 / l and log2(l) from the special-function unit's
-# approximations (compiled kernels only), and the eviction policy of its partial-o stores
-# (written once, read once by the combine: evict_first leaves L2 to the window's q rows).
-# Measured (v13): random forward -2.0% and -0.6% alone, -3.0% together.
-PARTIAL_FAST_MATH = True
-PARTIAL_STORE_EVICT = "evict_first"
+from .tuning import resolve
 
 
 @triton.jit
@@ -217,7 +187,7 @@ def _partial_chunk(
     Q, K, V, PART_O, PART_L point at the program's (b, kv head): the group's first query
     head, its K/V head and its partials. i_slot, b_code: from `_chunk_entries`.
     SCALE_POS: qk_scale > 0, so that the row max can be taken before scaling. OFF64: the
-    per-row offsets need 64 bits (T * S * BLOCK_G * D past PARTIAL_OFF32_MAX). EVEN_G:
+    per-row offsets need 64 bits (T * S * BLOCK_G * D past `partial_off32_max`). EVEN_G:
     G == BLOCK_G."""
     i_r = tl.arange(0, CHUNK * BLOCK_G)
     i_g = i_r % BLOCK_G
@@ -251,9 +221,8 @@ def _partial_chunk(
     # l >= 1 there. A padding row may get m = -inf and NaN in p and o: a product's rows are
     # independent, and padding rows are never stored, so m is not masked (that would move
     # the row vectors between layouts, through shared memory). l is: its trip through
-    # shared memory keeps ptxas from interleaving the two products' epilogues, which
-    # took 196 registers per thread instead of 132 (two programs per SM instead of three,
-    # and 8% slower on the H200).
+    # shared memory keeps ptxas from interleaving the two products' epilogues, which would
+    # hold both in registers at once and leave room for one program fewer per SM.
     if SCALE_POS:
         # A positive scale commutes with the max: one multiply-add per score, not two ops.
         b_m = tl.max(b_s, axis=1) * qk_scale
@@ -426,16 +395,19 @@ def _multiprocessors(device):
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def list_windows(T, block_t):
-    """Windows of the block lists for T tokens in tiles of block_t: LIST_WINDOW tokens
+def list_windows(T, block_t, tuning=None):
+    """Windows of the block lists for T tokens in tiles of block_t: `list_window` tokens
     (rounded to whole tiles) each, or one window."""
-    if LIST_WINDOW is None:
+    window = resolve(tuning).block_major.list_window
+    if window is None:
         return 1
     n_tiles = triton.cdiv(T, block_t)
-    return triton.cdiv(n_tiles, max(1, LIST_WINDOW // block_t))
+    return triton.cdiv(n_tiles, max(1, window // block_t))
 
 
-def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t, chunk, part_l):
+def block_lists(
+    block_idx, counts, hist, min_blocks, block_size, block_t, chunk, part_l, tuning=None
+):  # fmt: skip
     """Per (b, kv head, window, key block), the kept slots of the window's block-handled
     tiles that chose the block.
 
@@ -450,6 +422,7 @@ def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t, chunk,
         part_l: fp32 [B * Hkv, T, S, G], the partials' lse: its dropped slots of
             block-handled tiles are set to -inf here (the kept ones are the partial
             kernel's).
+        tuning: an `NsaTuning` (None: the default); its block_major settings apply.
     Returns:
         row_ptr: int32 [B * Hkv, NL + 1] (NL = NW * NB lists, list w * NB + j for block j
             in window w), multiples of chunk; list l's places of row bh are
@@ -462,6 +435,7 @@ def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t, chunk,
             its block (the causal mask matters), else 2 * block; -1 past the lists.
     Two fills and two kernel launches, no host sync.
     """
+    t = resolve(tuning).block_major
     B, Hkv, T, S = block_idx.shape
     BH, NL, dev = B * Hkv, hist.shape[1], block_idx.device
     NB = triton.cdiv(T, block_size)
@@ -470,20 +444,20 @@ def block_lists(block_idx, counts, hist, min_blocks, block_size, block_t, chunk,
     row_ptr = torch.empty(BH, NL + 1, dtype=torch.int32, device=dev)
     col = torch.full((BH, L), -1, dtype=torch.int32, device=dev)  # -1: padding
     code = torch.full((BH, triton.cdiv(L, chunk)), -1, dtype=torch.int32, device=dev)
-    _prefix_kernel[(BH,)](hist, row_ptr, NL, CHUNK=chunk, PB=PREFIX_BLOCK, num_warps=4)
+    _prefix_kernel[(BH,)](hist, row_ptr, NL, CHUNK=chunk, PB=t.prefix_block, num_warps=4)
     G = part_l.shape[3]
     _fill_kernel[(counts.shape[1], BH)](
         block_idx, counts, hist, row_ptr, col, code, part_l, T, NB, NW,
         window_tiles(counts.shape[1], NW), L, code.shape[1], min_blocks, G,
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=triton.next_power_of_2(block_t * S),
-        CHUNK=chunk, KEY64=(NB + 1) * triton.next_power_of_2(block_t * S) > FILL_KEY32_MAX,
-        BLOCK_G=triton.next_power_of_2(G), num_warps=FILL_WARPS,
+        CHUNK=chunk, KEY64=(NB + 1) * triton.next_power_of_2(block_t * S) > t.fill_key32_max,
+        BLOCK_G=triton.next_power_of_2(G), num_warps=t.fill_warps,
     )  # fmt: skip
     return row_ptr, col, code
 
 
 def block_major_forward(
-    q, k, v, block_idx, counts, hist, min_blocks, o, lse, flags, dims, block_t, qk_scale
+    q, k, v, block_idx, counts, hist, min_blocks, o, lse, flags, dims, block_t, qk_scale, tuning
 ):  # fmt: skip
     """Write o and lse of the block-handled tiles (called by `selection_forward_triton`).
 
@@ -495,40 +469,42 @@ def block_major_forward(
         flags: int32 [B * Hkv, n_tiles], zero-filled: set to 1 for each block-handled tile
             with a real row that ended non-finite.
         block_t: tokens per tile (the forward's); qk_scale: softmax scale * log2(e).
+        tuning: the forward's `NsaTuning`; its block_major settings apply.
     """
+    t = tuning.block_major
     BH = dims.B * dims.Hkv
     block_g = triton.next_power_of_2(dims.G)
     prec = "ieee" if q.dtype == torch.float32 else "tf32"
     # Entries per chunk (rows / padded group) for 16-bit inputs; fp32 (IEEE dots without
     # tensor cores) takes half.
-    chunk = max(1, CHUNK_ROWS * 2 // q.element_size() // block_g)
+    chunk = max(1, t.chunk_rows * 2 // q.element_size() // block_g)
     part_o = _checks.new_empty((BH, dims.T, dims.S, dims.G, dims.D), q.dtype, q.device)
     part_l = _checks.new_empty((BH, dims.T, dims.S, dims.G), torch.float32, q.device)
     row_ptr, col, code = block_lists(
-        block_idx, counts, hist, min_blocks, dims.block_size, block_t, chunk, part_l
+        block_idx, counts, hist, min_blocks, dims.block_size, block_t, chunk, part_l, tuning
     )  # fmt: skip
     n_lists = row_ptr.shape[1] - 1
     n_chunks = triton.cdiv(dims.T * dims.S, chunk) + n_lists  # the most any row can have
-    if PARTIAL_WAVES is not None:
-        n_chunks = min(n_chunks, triton.cdiv(PARTIAL_WAVES * _multiprocessors(q.device), BH))
+    if t.partial_waves is not None:
+        n_chunks = min(n_chunks, triton.cdiv(t.partial_waves * _multiprocessors(q.device), BH))
     interpreted = _runtime.interpreter_active()
     _partial_kernel[(n_chunks, BH)](
         q, k, v, row_ptr, col, code, part_o, part_l, dims.T, n_lists, dims.Hq, dims.G,
         col.shape[1], code.shape[1], qk_scale, S=dims.S, D=dims.D, BS=dims.block_size,
         CHUNK=chunk, BLOCK_G=block_g, PREC=prec, SCALE_POS=qk_scale > 0,
-        STAGES=PARTIAL_STAGES,
+        STAGES=t.partial_stages,
         PIPELINED=not interpreted,
-        OFF64=dims.T * dims.S * block_g * dims.D > PARTIAL_OFF32_MAX, EVEN_G=dims.G == block_g,
-        FAST=PARTIAL_FAST_MATH and not interpreted,
-        EVICT=PARTIAL_STORE_EVICT,
-        num_warps=PARTIAL_WARPS,
+        OFF64=dims.T * dims.S * block_g * dims.D > t.partial_off32_max, EVEN_G=dims.G == block_g,
+        FAST=t.partial_fast_math and not interpreted,
+        EVICT=t.partial_store_evict,
+        num_warps=t.partial_warps,
     )  # fmt: skip
     n_tiles = counts.shape[1]
     n_comb = n_tiles
-    if COMBINE_WAVES is not None:
-        n_comb = min(n_tiles, triton.cdiv(COMBINE_WAVES * _multiprocessors(q.device), BH))
+    if t.combine_waves is not None:
+        n_comb = min(n_tiles, triton.cdiv(t.combine_waves * _multiprocessors(q.device), BH))
     _combine_kernel[(n_comb, BH)](
         counts, part_o, part_l, o, lse, flags, dims.T, dims.Hq, dims.G, min_blocks, n_tiles,
         S=dims.S, D=dims.D, BLOCK_T=block_t, BLOCK_G=block_g,
-        num_warps=COMBINE_WARPS,
+        num_warps=t.combine_warps,
     )  # fmt: skip

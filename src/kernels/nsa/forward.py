@@ -3,7 +3,7 @@
 Design: one program per (tile of BLOCK_T consecutive query positions, b, kv head). The
 program stacks the G query heads of its BLOCK_T tokens into one [BLOCK_T * BLOCK_G, D] tile
 (BLOCK_G = next_pow2(G), padding rows masked), so even G = 1..8 fills the 16 rows a tensor-core
-tile needs with real queries instead of padding. BLOCK_T = max(1, TILE_ROWS // BLOCK_G).
+tile needs with real queries instead of padding. BLOCK_T = max(1, tile_rows // BLOCK_G).
 
 Each kept block that any token of the tile selected is loaded once ([block_size, D] of K and
 V) and multiplied by the whole query tile; rows whose token did not select it, and keys after
@@ -18,9 +18,9 @@ log, -inf (with o = 0) for rows with no visible key.
 How a tile finds its blocks: a small kernel first writes, per tile, the sorted distinct kept
 blocks of its BLOCK_T * S slots and their count (`tile_block_lists`). The attention loop then
 runs over real blocks only, with no branch, so Triton can software-pipeline its K/V loads
-(NUM_STAGES) across iterations.
+(`tuning.ForwardTuning.num_stages`) across iterations.
 
-Two schedules (knob FORWARD_SCHEDULE), picked per tile on the device:
+Two schedules (`ForwardTuning.schedule`), picked per tile on the device:
 * token-major (the tile kernel above): right when a tile's tokens share their blocks. When
   they do not (the 'random' pattern: a tile of 16 tokens visits ~200 distinct blocks for
   16 * 16 useful (token, block) pairs), every token streams its own S blocks of K/V.
@@ -28,12 +28,13 @@ Two schedules (knob FORWARD_SCHEDULE), picked per tile on the device:
   each block inside, so a K/V block is loaded once per chunk of its queries; each
   (token, slot) gets a partial result, combined per token afterwards.
 The tile-list kernel counts each tile's distinct kept blocks anyway; a tile is
-*block-handled* when that count exceeds BLOCK_PATH_RATIO * S, G <= BLOCK_PATH_MAX_G and the
-path's temporaries fit BLOCK_PATH_MAX_BYTES ("auto"), always ("blocks") or never ("tile"). The tile kernel returns at once for block-handled tiles and the block-major
+*block-handled* when that count exceeds block_path_ratio * S, G <= block_path_max_g and the
+path's temporaries fit block_path_max_bytes ("auto"), always ("blocks") or never ("tile").
+The tile kernel returns at once for block-handled tiles and the block-major
 kernels at once for the others, so the choice costs no host sync (calls stay capturable in a
 CUDA graph); when no tile is block-handled the block-major phase costs its launches only.
 When both paths may run, the tile kernel runs on a second stream beside the block-major
-kernels (OVERLAP_TILE_KERNEL): they write disjoint rows, and the call joins the streams
+kernels (`overlap_tile_kernel`): they write disjoint rows, and the call joins the streams
 before it returns.
 
 fp32 inputs use tl.dot with input_precision="ieee" so results match the fp32 reference to
@@ -71,54 +72,16 @@ from .tiles import (
     tile_config,
     use_for_loop,
 )
+from .tuning import resolve
 
-# Tuning knobs, read at call time: query rows (tokens x padded group) per forward program,
-# warps and software-pipeline stages per program, and how a tile finds its blocks. More rows
-# share more K/V loads when neighbouring tokens pick the same blocks ('recent'), but visit more
-# blocks per program when they do not ('random').
-TILE_ROWS = 64
-NUM_WARPS = 4
-# None: by the tile's shape, from the H200 sweep in docs/perf/nsa.md (v2): one stage when a
-# tile holds several tokens (G < 16: 0.56 vs 0.63 ms at the seed shape, T=32768, recent),
-# three when it holds one token of 16+ heads (4.0 vs 4.5 ms at the paper shape, T=65536).
-NUM_STAGES = None
-# Which tiles take the block-major path (see the module doc): "auto" = those whose count of
-# distinct kept blocks exceeds BLOCK_PATH_RATIO * S (None or 0: none), "tile" = none (no
-# block-major launch at all), "blocks" = all. With the default 2, the 'recent' pattern (at
-# most S + 1 blocks per tile) never takes it and 'random' (~13 S at G = 4) does except for
-# the first tiles, which see few blocks (2 was measured best of 1, 2, 4, 8 on the H200:
-# docs/perf/nsa.md, v6).
-FORWARD_SCHEDULE = "auto"
-FORWARD_SCHEDULES = ("auto", "tile", "blocks")
-BLOCK_PATH_RATIO = 2
-# "auto" considers the block-major path only for groups of at most this many query heads:
-# at G >= 16 one token's heads fill a tensor-core tile on their own, while the block-major
-# partials grow with G (and are allocated on every call, B * Hkv * T * S * G * D elements).
-BLOCK_PATH_MAX_G = 8
-# ... and only while those partials (plus their fp32 lse, and the inverted lists) fit in this
-# many bytes: 1.1 GB at the seed shape (B=1, Hkv=4, G=4, D=64, S=16) at T=32768, linear in
-# B * T beyond it; past the cap "auto" keeps every tile on the token-major path.
-BLOCK_PATH_MAX_BYTES = 2 << 30
-# When some tiles may take the block-major path (a CUDA device, "auto" or "blocks"), run the
-# token-tile kernel on a second stream, beside the block-major kernels, instead of before
-# them. Under "auto" with the 'random' pattern the tile kernel serves only the first tiles
-# (few blocks each): a handful of long programs that leave most of the GPU idle, while the
-# block-major kernels need nothing the tile kernel writes (each row is written by one path).
-# Both streams are joined before the call returns, and a CUDA graph captures the fork and
-# join as parallel branches.
-OVERLAP_TILE_KERNEL = True
-_SIDE_STREAMS = {}
-# Tiles (a power of two) whose flags one program of the fix-up kernel (`_sel_fwd_fix_kernel`)
-# reads at once: on clean inputs each program makes one vector load and exits, so few
-# programs suffice; on inputs with non-finite values a program redoes its flagged tiles one
-# after the other.
-FIX_TILES = 128
+_SIDE_STREAMS = {}  # the second stream of `side_stream`, per CUDA device
 
 
-def forward_stages(block_t):
+def forward_stages(block_t, tuning=None):
     """Software-pipeline stages of the forward for a tile of `block_t` tokens."""
-    if NUM_STAGES is not None:
-        return NUM_STAGES
+    num_stages = resolve(tuning).forward.num_stages
+    if num_stages is not None:
+        return num_stages
     return 1 if block_t > 1 else 3
 
 
@@ -294,30 +257,25 @@ def block_path_bytes(dims, element_size):
     return entries * (dims.G * (dims.D * element_size + 4) + 8)
 
 
-def block_path_min_blocks(S, G, nbytes=0):
-    """The FORWARD_SCHEDULE rule as a threshold: a tile whose count of distinct kept blocks
-    exceeds the returned value is block-handled (-1: every tile); None: no tile is (also
-    under "auto" when the group G exceeds BLOCK_PATH_MAX_G or the path's `nbytes` of
-    temporaries exceed BLOCK_PATH_MAX_BYTES)."""
-    if FORWARD_SCHEDULE not in FORWARD_SCHEDULES:
-        raise ValueError(
-            f"FORWARD_SCHEDULE must be one of {FORWARD_SCHEDULES}, got {FORWARD_SCHEDULE!r}"
-        )
-    if FORWARD_SCHEDULE == "blocks":
+def block_path_min_blocks(S, G, nbytes=0, tuning=None):
+    """The schedule rule as a threshold: a tile whose count of distinct kept blocks exceeds
+    the returned value is block-handled (-1: every tile); None: no tile is (also under
+    "auto" when the group G exceeds `block_path_max_g` or the path's `nbytes` of
+    temporaries exceed `block_path_max_bytes`)."""
+    t = resolve(tuning).forward
+    if t.schedule == "blocks":
         return -1
-    if FORWARD_SCHEDULE == "tile" or not BLOCK_PATH_RATIO or G > BLOCK_PATH_MAX_G:
+    if t.schedule == "tile" or not t.block_path_ratio or G > t.block_path_max_g:
         return None
-    if nbytes > BLOCK_PATH_MAX_BYTES:
+    if nbytes > t.block_path_max_bytes:
         return None
-    return int(BLOCK_PATH_RATIO * S)
+    return int(t.block_path_ratio * S)
 
 
-def side_stream(device):
-    """The second stream of `OVERLAP_TILE_KERNEL` for a CUDA device (one per device, made on
-    first use), or None: knob off, or not a CUDA device (the interpreter runs in order)."""
-    if not isinstance(OVERLAP_TILE_KERNEL, bool):
-        raise ValueError(f"OVERLAP_TILE_KERNEL must be a bool, got {OVERLAP_TILE_KERNEL!r}")
-    if not OVERLAP_TILE_KERNEL or device.type != "cuda":
+def side_stream(device, tuning=None):
+    """The second stream of `overlap_tile_kernel` for a CUDA device (one per device, made on
+    first use), or None: setting off, or not a CUDA device (the interpreter runs in order)."""
+    if not resolve(tuning).forward.overlap_tile_kernel or device.type != "cuda":
         return None
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _SIDE_STREAMS:
@@ -325,7 +283,9 @@ def side_stream(device):
     return _SIDE_STREAMS[index]
 
 
-def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_lse=False):
+def selection_forward_triton(
+    q, k, v, block_idx, block_size, scale=None, return_lse=False, *, tuning=None
+):
     """NSA selection attention forward (Triton).
 
     Args:
@@ -337,32 +297,35 @@ def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_
         block_size: 16, 32, 64 or 128.
         scale: softmax scale, default D ** -0.5.
         return_lse: also return lse.
+        tuning: launch settings, an `NsaTuning` (None: `tuning.DEFAULT`).
     Returns:
         o [B, Hq, T, D] in q's dtype; with return_lse, (o, lse) where lse is fp32 [B, Hq, T],
         natural log, -inf for rows that see no key (their o row is 0). Keys a row does not
         see take no part in its row, NaN or inf included; a non-finite key or value it
         sees makes the row non-finite.
-    Unless FORWARD_SCHEDULE is "tile" (or "auto" with G > BLOCK_PATH_MAX_G or more than
-    BLOCK_PATH_MAX_BYTES of temporaries), the call also allocates the block-major path's
+    Unless the schedule is "tile" (or "auto" with G > block_path_max_g or more than
+    block_path_max_bytes of temporaries), the call also allocates the block-major path's
     partial results (B * Hkv * T * S * G * D elements, see `block_major`), whether or not
     a tile ends up using them: which tiles do is only known on the device.
     """
+    tuning = resolve(tuning)
+    ft = tuning.forward
     dims = _checks.check_forward_args(q, k, v, block_idx, block_size, scale)
     nbytes = block_path_bytes(dims, q.element_size())
-    min_blocks = block_path_min_blocks(dims.S, dims.G, nbytes)
-    side = side_stream(q.device) if min_blocks is not None else None
+    min_blocks = block_path_min_blocks(dims.S, dims.G, nbytes, tuning)
+    side = side_stream(q.device, tuning) if min_blocks is not None else None
     o = _checks.new_empty(q.shape, q.dtype, q.device)
     lse = _checks.new_empty(q.shape[:3], torch.float32, q.device)
-    block_g, block_t, prec = tile_config(dims.G, q.dtype, TILE_ROWS)
+    block_g, block_t, prec = tile_config(dims.G, q.dtype, ft.tile_rows)
 
     hist = None
     if min_blocks is not None:
-        n_lists = block_major.list_windows(dims.T, block_t) * dims.NB
+        n_lists = block_major.list_windows(dims.T, block_t, tuning) * dims.NB
         hist = torch.zeros(dims.B * dims.Hkv, n_lists, dtype=torch.int32, device=q.device)
     grid = (triton.cdiv(dims.T, block_t), dims.B * dims.Hkv)
     flags = torch.empty(grid[1], grid[0], dtype=torch.int32, device=q.device)
     lists, counts = tile_block_lists(
-        block_idx, block_size, block_t, hist, min_blocks or 0, flags=flags
+        block_idx, block_size, block_t, hist, min_blocks or 0, flags=flags, tuning=tuning
     )  # fmt: skip
     qk_scale = dims.scale * LOG2E
     main = torch.cuda.current_stream(q.device) if side is not None else None
@@ -375,22 +338,23 @@ def selection_forward_triton(q, k, v, block_idx, block_size, scale=None, return_
             S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
             BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(),
             SKIP_BLOCK_TILES=hist is not None,
-            num_warps=NUM_WARPS, num_stages=forward_stages(block_t),
+            num_warps=ft.num_warps, num_stages=forward_stages(block_t, tuning),
         )  # fmt: skip
     if hist is not None:
         block_major.block_major_forward(
-            q, k, v, block_idx, counts, hist, min_blocks, o, lse, flags, dims, block_t, qk_scale
-        )
+            q, k, v, block_idx, counts, hist, min_blocks, o, lse, flags, dims, block_t, qk_scale,
+            tuning,
+        )  # fmt: skip
     if side is not None:
         # Join: everything after the call on `main` (and the caching allocator's reuse of
         # this call's temporaries, which were allocated on `main`) waits for the tile kernel.
         main.wait_stream(side)
     launch(
-        _sel_fwd_fix_kernel, (triton.cdiv(grid[0], FIX_TILES), grid[1]),
+        _sel_fwd_fix_kernel, (triton.cdiv(grid[0], ft.fix_tiles), grid[1]),
         q, k, v, block_idx, lists, counts, o, lse, flags,
         dims.T, dims.NB, dims.Hq, dims.G, qk_scale, grid[0],
         S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
-        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(), FIX=FIX_TILES,
-        num_warps=NUM_WARPS, num_stages=1,
+        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(), FIX=ft.fix_tiles,
+        num_warps=ft.num_warps, num_stages=1,
     )  # fmt: skip
     return (o, lse) if return_lse else o

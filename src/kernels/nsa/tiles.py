@@ -12,15 +12,10 @@ import triton
 import triton.language as tl
 
 from .._runtime import interpreter_active
+from .tuning import resolve
 
 LOG2E = 1.4426950408889634
 LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
-
-# Warps of the tile-list kernel (`tile_block_lists`, forward and backward), read at call
-# time. One warp sorts a tile's slots with lane shuffles only (1 barrier against 19-27 on
-# 4 warps): 0.036 -> 0.025 ms per forward at the seed shape, T = 32768 (docs/perf/nsa.md,
-# v11).
-TILE_LIST_WARPS = 1
 
 
 def use_for_loop():
@@ -146,7 +141,8 @@ def window_tiles(n_tiles, n_windows):
 
 
 def tile_block_lists(
-    block_idx, block_size, block_t, hist=None, min_blocks=0, key64=None, flags=None
+    block_idx, block_size, block_t, hist=None, min_blocks=0, key64=None, flags=None,
+    tuning=None,
 ):  # fmt: skip
     """Per tile of block_t consecutive tokens, the distinct kept blocks its tokens selected.
 
@@ -162,6 +158,7 @@ def tile_block_lists(
         key64: with hist, sort (block, slot) keys in 64 bits (None: only when
             (NB + 1) * next_pow2(block_t * S) exceeds int32).
         flags: optional int32 [B * Hkv, n_tiles], zero-filled here.
+        tuning: an `NsaTuning` (None: the default); its forward.tile_list_warps apply.
     Returns:
         lists: int32 [B * Hkv, n_tiles, block_t * S]; row [bh, i] holds, ascending, the
             count[bh, i] distinct blocks kept by any token of tile i (entries after that are
@@ -184,7 +181,7 @@ def tile_block_lists(
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=l_pad,
         USE_HIST=hist is not None, KEY64=bool(key64) and hist is not None,
         ZERO_FLAG=flags is not None,
-        num_warps=TILE_LIST_WARPS,
+        num_warps=resolve(tuning).forward.tile_list_warps,
     )  # fmt: skip
     return lists, counts
 
