@@ -49,7 +49,7 @@ CASES = {
     "G16-odd": (1, 16, 1, 40, 32, 16, 3, "odd", [39, 18], [37, 5]),
 }
 
-# (schedule, TILE_ROWS): "auto" sets a threshold that sends tiles both ways, and cuts the
+# (schedule, tile_rows): "auto" sets a threshold that sends tiles both ways, and cuts the
 # fix-up kernel's flag reads into many short programs.
 PATHS = {
     "tile": ("tile", 64),
