@@ -106,21 +106,23 @@ for _ in range(EXTRA):
 NSA_HUNKS = (
     Hunk("T, NB, Hq, G, qk_scale, MIN_BLOCKS,", "gate_never,"),
     Hunk(
-        "USE_LIST: tl.constexpr, FOR_LOOP: tl.constexpr, SKIP_BLOCK_TILES: tl.constexpr,",
+        "FOR_LOOP: tl.constexpr, SKIP_BLOCK_TILES: tl.constexpr,",
         "EXTRA: tl.constexpr,",
     ),
     Hunk(
-        "tl.store(FLAG + o_tile, 1, mask=bad)",
-        "# gate-study extra work: EXTRA dependent steps per row of the tile, after the tile's\n"
-        "# own stores; the store needs gate_never > 0, which the wrapper never passes.\n"
+        "if todo:",
+        "# gate-study extra work: EXTRA dependent steps per row of the tile, in every program\n"
+        "# (block-handled tiles too); the store needs gate_never > 0, which the wrapper never\n"
+        "# passes.\n"
         "i_x = tl.arange(0, BLOCK_T * BLOCK_G)\n"
         "b_x = tl.zeros([BLOCK_T * BLOCK_G], dtype=tl.float32) + qk_scale\n"
         + _CHAIN
         + "tl.store(LSE + i_x, b_x, mask=(i_x >= 0) & (gate_never > 0.0))\n",
+        before=True,
         indent=4,
     ),
     Hunk("dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,", "0.0,  # gate_never"),
-    Hunk("BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, **loop,", "EXTRA={extra},"),
+    Hunk("BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(),", "EXTRA={extra},"),
 )
 
 # The NSA patch with the amount as a runtime argument, counted down by a `while` loop
@@ -128,9 +130,10 @@ NSA_HUNKS = (
 NSA_LOOP_HUNKS = (
     Hunk("T, NB, Hq, G, qk_scale, MIN_BLOCKS,", "gate_never, gate_steps,"),
     Hunk(
-        "tl.store(FLAG + o_tile, 1, mask=bad)",
-        "# gate-study extra work: gate_steps dependent steps per row of the tile, after the\n"
-        "# tile's own stores; the store needs gate_never > 0, which the wrapper never passes.\n"
+        "if todo:",
+        "# gate-study extra work: gate_steps dependent steps per row of the tile, in every\n"
+        "# program (block-handled tiles too); the store needs gate_never > 0, which the\n"
+        "# wrapper never passes.\n"
         "i_x = tl.arange(0, BLOCK_T * BLOCK_G)\n"
         "b_x = tl.zeros([BLOCK_T * BLOCK_G], dtype=tl.float32) + qk_scale\n"
         "n_x = qk_scale * 0.0\n"
@@ -138,6 +141,7 @@ NSA_LOOP_HUNKS = (
         "    b_x = b_x * 0.9990234375 + 0.5\n"
         "    n_x += 1.0\n"
         "tl.store(LSE + i_x, b_x, mask=(i_x >= 0) & (gate_never > 0.0))\n",
+        before=True,
         indent=4,
     ),
     Hunk(
