@@ -4,9 +4,9 @@ None of them synchronizes with the device but `validate_indices`, which reads th
 values and is called on request only.
 """
 
-import os
-
 import torch
+
+from .._runtime import interpreter_active
 
 
 def check_devices(tensors):
@@ -16,8 +16,7 @@ def check_devices(tensors):
         names = ", ".join(f"{n}={t.device}" for n, t in tensors.items() if t is not None)
         raise ValueError(f"all tensors must be on one device, got {names}")
     (dev,) = devices
-    interp = os.environ.get("TRITON_INTERPRET") == "1"
-    if dev.type != "cuda" and not (interp and dev.type == "cpu"):
+    if dev.type != "cuda" and not (interpreter_active() and dev.type == "cpu"):
         raise ValueError(
             f"tensors must be on a CUDA device (CPU only with TRITON_INTERPRET=1), got {dev}"
         )
