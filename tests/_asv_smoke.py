@@ -17,6 +17,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 VPY = ROOT / ".venv" / "bin" / "python"
 ASV = ROOT / ".venv" / "bin" / "asv"
@@ -106,6 +108,20 @@ def register_machine(home: Path) -> None:
     home.mkdir(parents=True, exist_ok=True)
     tool = [str(VPY), str(ROOT / "tools" / "asv_machine.py"), "--machine", MACHINE]
     subprocess.run(tool, env=dict(os.environ, HOME=str(home)), check=True, capture_output=True)
+
+
+def scratch(tmp_path_factory, name: str, n_commits: int) -> tuple[Path, Path, list[str]]:
+    """(root, repo, hashes) for a module's smoke runs: a clone of n_commits commits in
+    root/repo (`make_clone`) and the smoke machine registered in root/home. Skips the
+    calling test where smoke runs cannot work here (`available`)."""
+    reason = available()
+    if reason:
+        pytest.skip(reason)
+    root = tmp_path_factory.mktemp(name)
+    repo = root / "repo"
+    hashes = make_clone(repo, n_commits)
+    register_machine(root / "home")
+    return root, repo, hashes
 
 
 @functools.cache

@@ -25,14 +25,7 @@ BENCH = r"^nsa\.NsaForward\.track_time\(.*'reference'"
 
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory):
-    reason = smoke.available()
-    if reason:
-        pytest.skip(reason)
-    root = tmp_path_factory.mktemp("sharding")
-    repo = root / "repo"
-    hashes = smoke.make_clone(repo, 3)
-    smoke.register_machine(root / "home")
-    return root, repo, hashes
+    return smoke.scratch(tmp_path_factory, "sharding", 3)
 
 
 def run_into(root: Path, repo: Path, results: str, range_spec: str) -> Path:

@@ -58,14 +58,8 @@ class QuietHandler(SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    reason = smoke.available()
-    if reason:
-        pytest.skip(reason)
-    root = tmp_path_factory.mktemp("site")
-    repo = root / "repo"
-    hashes = smoke.make_clone(repo, 2)
+    root, repo, hashes = smoke.scratch(tmp_path_factory, "site", 2)
     home = root / "home"
-    smoke.register_machine(home)
     conf = smoke.write_conf(repo, "asv.site.json", "results").name
     for commit in hashes:
         args = ["--machine", smoke.MACHINE, "--show-stderr", *SELECT, f"{commit}^!"]
