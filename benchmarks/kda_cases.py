@@ -11,10 +11,10 @@ The four modes (module constants; the values are the strings the asv parameters 
 - `FUSED`: `fused_kda_conv_gating_verify` (one kernel), snapshots;
 - `FUSED_RING`: the fused kernel, replay ring.
 
-The kernels are reached only through an `api` object (the benchmarks' `load_api`
-namespace, or the `kernels.kda` package itself), never imported here: asv runs today's
-benchmarks against every older commit's package, so this module must not depend on
-anything newer than the entry points it calls.
+The kernels are reached only through an `api` object (the `kernels.kda` package, as the
+benchmarks' guarded import gives it, or a stand-in with the same names), never imported
+here: asv runs today's benchmarks against every older commit's package, so this module must
+not depend on anything newer than the entry points it calls.
 
 Buffer names of `make_inputs` (shapes with `lines` pool rows):
 
@@ -194,8 +194,8 @@ def recurrent_kwargs(mode, inp, conv_out, T, H, HV, K, V, lower_bound=None):
 
 def validate_call_indices(api, inp):
     """Range and duplicate check of every index of a call on buffers `inp` against the pool
-    it addresses (`validate_indices` of `api.module`, or of `api` itself when it is the
-    package; it reads the values, so it belongs at setup, never in a timed graph). The conv
+    it addresses (`validate_indices` of the package `api`, or of `api.module` for a
+    stand-in; it reads the values, so it belongs at setup, never in a timed graph). The conv
     lines are only read during verify, so they may repeat. Packages without the helper
     skip the check."""
     validate = getattr(getattr(api, "module", api), "validate_indices", None)
@@ -215,8 +215,8 @@ def make_call(
     (`[B*T, HV, V]` fused, `[1, B*T, HV, V]` unfused, in the input dtype).
 
     api: has `fused_kda_conv_gating_verify`, `causal_conv1d_update` and
-        `fused_sigmoid_gating_delta_rule_update` (the benchmarks' load_api namespace, or
-        the `kernels.kda` package).
+        `fused_sigmoid_gating_delta_rule_update` (the `kernels.kda` package, or a stand-in
+        with those names).
     validate: check the indices first (validate_call_indices); off for tests that pass
         indices outside the pools on purpose.
     tuning: a `kernels.kda.tuning.KdaTuning` handed to every kernel call as `tuning=`; None

@@ -192,11 +192,14 @@ def test_check_close_rejects_wrong_and_nan():
         common.check_close("nan", torch.full((8,), float("nan")), ref)
 
 
-def test_load_api_skips_missing():
-    with pytest.raises(NotImplementedError, match="lacks"):
-        common.load_api("kernels.nsa", "no_such_function")
-    with pytest.raises(NotImplementedError):
-        common.load_api("kernels.no_such_module", "x")
+def test_require_api_skips_missing():
+    import kernels.nsa
+
+    assert common.require_api(kernels.nsa, "selection_forward_triton") is kernels.nsa
+    with pytest.raises(NotImplementedError, match="lacks.*no_such_function"):
+        common.require_api(kernels.nsa, "no_such_function")
+    with pytest.raises(NotImplementedError, match="does not import"):
+        common.require_api(None, "x")
 
 
 def test_asv_check_in_this_interpreter():
