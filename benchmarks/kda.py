@@ -45,9 +45,7 @@ from .common import (
     timing_result,
 )
 
-# The one import of the kernels, guarded: asv runs this suite against older commits, whose
-# package may lack the kernels or fail to import; their benchmarks then skip in setup
-# (require_api). Importing here also loads the package once in asv's forkserver.
+# The one import of the kernels, guarded as in benchmarks/nsa.py (the reasons are there).
 try:
     import kernels.kda as kda_kernels
 except Exception:  # any failure of an older package surfaces per benchmark, in setup

@@ -6,12 +6,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _suite_list import list_suites  # noqa: E402
 
 from benchmarks import common  # noqa: E402  (smoke mode here: no CUDA)
 
@@ -211,48 +214,24 @@ def test_asv_check_in_this_interpreter():
 
 # ---------------------------------------------------------------- suites as asv lists them
 
-# Every mode's benchmarks by asv_runner's own discovery (what `asv run` records): name,
-# params (asv's strings) and version; and the view's selection through asv's own filter
-# (asv.benchmarks.Benchmarks, which matches -b against "name(param, ...)" and runs one
-# process per selected parameter combination). One process lists every mode:
-# benchmarks/common.py reads the mode at import, so the suite's modules are dropped from
-# sys.modules between modes.
-LIST_SUITES = r"""
-import json, os, sys
-from types import SimpleNamespace
-from asv.benchmarks import Benchmarks
-from asv_runner.discovery import disc_benchmarks
-sys.path.insert(0, os.getcwd())
-modes = {"smoke": {"ATTNBENCH_SMOKE": "1", "ATTNBENCH_SUITE": "default"},
-         "default": {"ATTNBENCH_SMOKE": "0", "ATTNBENCH_SUITE": "default"},
-         "nightly": {"ATTNBENCH_SMOKE": "0", "ATTNBENCH_SUITE": "nightly"},
-         "view": {"ATTNBENCH_SMOKE": "0", "ATTNBENCH_SUITE": "view"},
-         "smoke-view": {"ATTNBENCH_SMOKE": "1", "ATTNBENCH_SUITE": "view"}}
-out = {}
-for mode, env in modes.items():
-    os.environ.update(env)
-    for name in [m for m in sys.modules if m == "benchmarks" or m.startswith("benchmarks.")]:
-        del sys.modules[name]
-    from benchmarks import nsa
-    benches = [{"name": b.name, "params": [list(p) for p in b.params], "version": str(b.version)}
-               for b in disc_benchmarks("benchmarks")]
-    conf = SimpleNamespace(benchmark_dir="benchmarks")
-    selected = Benchmarks(conf, benches, regex=nsa.VIEW_BENCHMARKS)
-    out[mode] = {"benchmarks": sorted(benches, key=lambda b: b["name"]),
-                 "view_selection": {k: len(v) if v is not None else 1
-                                    for k, v in selected.benchmark_selection.items()
-                                    if k in selected}}
-print(json.dumps(out))
-"""
 
-
+# Every mode's benchmarks as asv lists them (tests/_suite_list.py), and the view's selection
+# through asv's own filter (asv.benchmarks.Benchmarks, which matches -b against
+# "name(param, ...)" and runs one process per selected parameter combination).
 @pytest.fixture(scope="module")
 def suites():
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("ATTNBENCH_", "TRITON_"))}
-    res = subprocess.run([sys.executable, "-c", LIST_SUITES], cwd=ROOT, env=clean,
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert res.returncode == 0, res.stderr[-4000:]
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    from asv.benchmarks import Benchmarks
+
+    out = list_suites()
+    conf = SimpleNamespace(benchmark_dir="benchmarks")
+    for listed in out.values():
+        selected = Benchmarks(conf, listed["benchmarks"], regex=listed["view_regex"])
+        listed["view_selection"] = {
+            k: len(v) if v is not None else 1
+            for k, v in selected.benchmark_selection.items()
+            if k in selected
+        }
+    return out
 
 
 GATED = [["4096", "32768"], ["'triton'"], ["'seed'", "'paper'"], ["'recent'", "'random'"]]

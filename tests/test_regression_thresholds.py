@@ -12,14 +12,12 @@ a threshold of their own, the PR gate's host factor (HOST_THRESHOLD), since they
 between runs than graph replays.
 """
 
-import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from _suite_list import list_suites
 
 ROOT = Path(__file__).resolve().parents[1]
 COST_UNITS = {"seconds", "bytes"}
@@ -28,36 +26,11 @@ HOST_THRESHOLD = 0.05  # provisional, as the gate's host factor, until their noi
 HOST_FIGURE = re.compile(r"\.track_time_(eager|host)\b")
 EXCLUDED = 1e6  # a relative change no benchmark can show
 
-# One process lists every mode: benchmarks/common.py reads the mode at import, so the
-# suite's modules are dropped from sys.modules between modes (torch and the kernels stay).
-LIST_ALL_MODES = r"""
-import json, os, sys
-from asv_runner.discovery import disc_benchmarks
-sys.path.insert(0, os.getcwd())
-modes = {"smoke": {"ATTNBENCH_SMOKE": "1"},
-         "default": {"ATTNBENCH_SMOKE": "0", "ATTNBENCH_SUITE": "default"},
-         "nightly": {"ATTNBENCH_SMOKE": "0", "ATTNBENCH_SUITE": "nightly"},
-         "view": {"ATTNBENCH_SMOKE": "0", "ATTNBENCH_SUITE": "view"}}
-out = {}
-for mode, env in modes.items():
-    os.environ.update(env)
-    for name in [m for m in sys.modules if m == "benchmarks" or m.startswith("benchmarks.")]:
-        del sys.modules[name]
-    out[mode] = [{"name": b.name, "unit": b.unit, "params": [list(map(repr, p)) for p in b.params]}
-                 for b in disc_benchmarks("benchmarks")]
-print(json.dumps(out))
-"""
-
 
 @pytest.fixture(scope="module")
 def suite():
-    """{mode: [{name, unit, params}]} of every benchmark asv discovers."""
-    res = subprocess.run(
-        [sys.executable, "-c", LIST_ALL_MODES], cwd=ROOT, capture_output=True, text=True,
-        timeout=300,
-    )  # fmt: skip
-    assert res.returncode == 0, res.stderr[-4000:]
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    """{mode: [{name, unit, params, version}]} of every benchmark asv discovers."""
+    return {mode: listed["benchmarks"] for mode, listed in list_suites().items()}
 
 
 def threshold(entry_name: str) -> float:
@@ -80,7 +53,7 @@ def entry_names(bench: dict) -> list[str]:
 
 
 def test_every_mode_lists_benchmarks(suite):
-    assert set(suite) == {"smoke", "default", "nightly", "view"}
+    assert set(suite) == {"smoke", "default", "nightly", "view", "smoke-view"}
     for mode, benches in suite.items():
         assert any(b["unit"] == "seconds" for b in benches), mode
     names = {b["name"] for benches in suite.values() for b in benches}
