@@ -52,7 +52,7 @@ NIGHTLY = SUITE == "nightly"
 VIEW = SUITE == "view"
 # The default suite (what the PR gate and the history on main run) holds the gated figures,
 # time and peak VRAM, and fits a few minutes per commit on an H200. The device ceilings
-# (Matmul, CopyRate), the KDA peak VRAM and the BLOCK_V tuning sweep run in the nightly
+# (benchmarks/ceilings.py), the KDA peak VRAM and the BLOCK_V tuning sweep run in the nightly
 # sweep, and in smoke mode so CI exercises their plumbing. Rates relative to the times
 # (tokens/s, TFLOP/s, % of a ceiling) are no benchmarks: tools/report.py derives them from
 # the stored times and ceilings.
@@ -81,8 +81,6 @@ MEMORY_FRACTION = 0.70
 # 6 samples a side even a complete separation gives p = 2/924 = 0.0022, never significant;
 # 7 is the least that can flag a change, 8 tolerates one overlapping pair.
 SAMPLES = 8 if SMOKE else 10
-# The device ceilings (matmul_tflops, copy_bytes_per_s) take the median of fewer samples.
-DERIVED_SAMPLES = 3 if SMOKE else 5
 # The eager and host figures: gated like the graph figure on a GPU; in smoke, where every
 # sample is one interpreted call (seconds), the least that still gives asv a median and an
 # interval.
@@ -555,54 +553,3 @@ def peak_bytes(fn):
         return _host_hwm_bytes()
     except OSError:
         return math.nan
-
-
-def matmul_tflops():
-    """Dense matmul rate of this device now (TFLOP/s): bf16 8192^3 on a GPU, fp32 256^3 in smoke."""
-    n = 256 if SMOKE else 8192
-    gen = generator(1)
-    a, b = randn(gen, n, n), randn(gen, n, n)
-    out = torch.empty(n, n, device=DEVICE, dtype=DTYPE)
-    fn = lambda: torch.matmul(a, b, out=out)
-    samples = per_call_seconds([fn], calls=4, samples=DERIVED_SAMPLES)
-    return 2 * n**3 / median(samples) / 1e12
-
-
-def copy_bytes_per_s():
-    """Device copy rate of this device now (bytes read + written per second): a 256 MiB
-    buffer (larger than L2) copied into another on a GPU, 1 MiB in smoke."""
-    n = (1 << 20 if SMOKE else 256 << 20) // 4
-    src = torch.ones(n, device=DEVICE, dtype=torch.float32)
-    dst = torch.empty_like(src)
-    samples = per_call_seconds([lambda: dst.copy_(src)], calls=4, samples=DERIVED_SAMPLES)
-    return 2 * src.numel() * src.element_size() / median(samples)
-
-
-class _Ceiling:
-    """A device ceiling measured in the same run on the same machine (displayed beside the
-    kernels' figures; higher is better, so it is not gated)."""
-
-    version = "1"
-    timeout = 120
-
-    def setup(self):
-        require_device()
-
-
-if FULL_SUITE:
-
-    class CopyRate(_Ceiling):
-        """The device copy rate: the ceiling of memory-bound kernels (tools/report.py
-        gives the KDA verify's bytes per cold call as % of this value of the same commit)."""
-
-        @metric("GB/s")
-        def track_copy_gb_per_s(self):
-            return copy_bytes_per_s() / 1e9
-
-    class Matmul(_Ceiling):
-        """The dense bf16 matmul ceiling (tools/report.py gives the NSA kernels' TFLOP/s as %
-        of this value of the same commit)."""
-
-        @metric("TFLOP/s")
-        def track_bf16_tflops(self):
-            return matmul_tflops()

@@ -59,10 +59,10 @@ note "gpu_asv: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheade
 import inspect, itertools, math
 import torch
 import benchmarks.common as c
-from benchmarks import kda, nsa
+from benchmarks import ceilings, kda, nsa
 assert not torch.cuda.is_initialized(), "the suite initialized CUDA at import (breaks forkserver)"
 total = 0
-for mod in (c, nsa, kda):
+for mod in (c, nsa, kda, ceilings):
     for name, cls in vars(mod).items():
         if inspect.isclass(cls) and not name.startswith("_") and cls.__module__ == mod.__name__:
             methods = [m for m in dir(cls) if m.startswith("track_")]
