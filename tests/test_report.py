@@ -63,8 +63,8 @@ def results(tmp_path):
     kda_params = [[1, 64], ["unfused", "fused+ring"], ["safe"], ["H8-HV8"]]
     data["kda.KdaVerify.track_time"] = _entry(kda_params, [2e-5, 1e-5, 9e-5, 3e-5])
     data["kda.KdaVerify.track_time_cold"] = _entry(kda_params, [3e-5, 1.5e-5, 2e-4, None])
-    data["common.Matmul.track_bf16_tflops"] = [MATMUL_TFLOPS, [], "1", 0, 1.0]
-    data["common.CopyRate.track_copy_gb_per_s"] = [COPY_GB_PER_S, [], "1", 0, 1.0]
+    data["ceilings.Matmul.track_bf16_tflops"] = [MATMUL_TFLOPS, [], "1", 0, 1.0]
+    data["ceilings.CopyRate.track_copy_gb_per_s"] = [COPY_GB_PER_S, [], "1", 0, 1.0]
     _write(res, "h200", "aaaaaaaa-virtualenv-py3.12.json", {
         "commit_hash": "a" * 40, "date": 2, "result_columns": COLUMNS, "results": data,
     })  # fmt: skip
@@ -73,8 +73,8 @@ def results(tmp_path):
         na_reasons.record_oom(log, "a" * 40, f"nsa.NsaForward.{method}", ["2048", *REF_PARAMS])
     # An OOM of another commit is not this one's.
     na_reasons.record_oom(log, "b" * 40, "nsa.NsaForward.track_time", ["4096", *REF_PARAMS])
-    # An older commit whose figures (ceilings included) must not be used, and an unreadable
-    # file.
+    # An older commit whose figures (ceilings included, under the names they had before
+    # benchmarks/ceilings.py) must not be used, and an unreadable file.
     old = _nsa_results([1.0] * 4, [1.0] * 4, [1.0] * 4)
     old["common.Matmul.track_bf16_tflops"] = [1.0, [], "1", 0, 1.0]
     old["common.CopyRate.track_copy_gb_per_s"] = [1.0, [], "1", 0, 1.0]
@@ -315,7 +315,8 @@ def test_nsa_derived_figures_from_the_stored_times(results, tmp_path):
         "recent: kernel at seq_len 4096: 5.12e+06 tokens/s, 21.5 TFLOP/s, 4.3% of the matmul "
         "rate (500 TFLOP/s)"
     ) in summary
-    assert "- common.Matmul.track_bf16_tflops: aaaaaaaa" in summary
+    assert "- ceilings.Matmul.track_bf16_tflops: aaaaaaaa" in summary
+    assert "common.Matmul" not in summary  # commit b's ceiling is not used
 
 
 def test_backward_flops_and_a_ceiling_of_another_commit(tmp_path):
@@ -359,8 +360,73 @@ def test_kda_bandwidth_from_the_cold_time_and_the_copy_rate(results, tmp_path):
     assert math.isclose(float(r["pct_of_copy"]), 100 * 690_368 / 15e-6 / 4e12, rel_tol=1e-12)
     assert bw[(64, "fused+ring")]["pct_of_copy"] == "" and bw[(64, "fused+ring")]["na"] == "failed"
     md = (out / "kda_bandwidth.md").read_text()
-    assert "Copy rate of the same commit (common.CopyRate): 4000 GB/s." in md
+    assert "Copy rate of the same commit (CopyRate): 4000 GB/s." in md
     assert "| 64 | 22.0% | failed |" in md
+
+
+def _ceiling_results(tmp_path, ceilings):
+    """One commit's results: an NSA forward time (seed preset, T = 512, 1e-4 s: 21.47...
+    TFLOP/s), a KDA cold time (B = 1, fused+ring: 690368 bytes in 15 us) and `ceilings`
+    ({benchmark name: value})."""
+    res = tmp_path / "results"
+    data = _nsa_results([1e-4] * 4, [NAN] * 4, [1e8] * 4)
+    kda_params = [[1], ["fused+ring"], ["safe"], ["H8-HV8"]]
+    data["kda.KdaVerify.track_time_cold"] = _entry(kda_params, [15e-6])
+    data.update({name: [value, [], "1", 0, 1.0] for name, value in ceilings.items()})
+    _write(res, "h200", "aaaaaaaa-virtualenv-py3.12.json", {
+        "commit_hash": "a" * 40, "date": 1, "result_columns": COLUMNS, "results": data,
+    })  # fmt: skip
+    return res
+
+
+@pytest.mark.parametrize(
+    "stored, matmul, copy",
+    [
+        # Results stored before the move: the ceilings under their benchmarks/common.py names.
+        ({"common.Matmul.track_bf16_tflops": 400.0,
+          "common.CopyRate.track_copy_gb_per_s": 2000.0}, 400.0, 2000.0),
+        # The current names only.
+        ({"ceilings.Matmul.track_bf16_tflops": 500.0,
+          "ceilings.CopyRate.track_copy_gb_per_s": 4000.0}, 500.0, 4000.0),
+        # Both names in the same commit: the current one wins.
+        ({"common.Matmul.track_bf16_tflops": 400.0,
+          "common.CopyRate.track_copy_gb_per_s": 2000.0,
+          "ceilings.Matmul.track_bf16_tflops": 500.0,
+          "ceilings.CopyRate.track_copy_gb_per_s": 4000.0}, 500.0, 4000.0),
+    ],
+)  # fmt: skip
+def test_ceilings_are_read_under_their_current_and_former_names(tmp_path, stored, matmul, copy):
+    """The ceilings moved from benchmarks/common.py to benchmarks/ceilings.py, so their asv
+    names changed: the report reads a commit's ceiling under either name, the current one
+    first, for the % of the matmul rate (NSA) and of the copy rate (KDA)."""
+    res = _ceiling_results(tmp_path, stored)
+    r = report.Results(res)
+    assert r.ceiling(report.MATMUL, "nsa.NsaForward.track_time") == (matmul, None)
+    assert r.ceiling(report.COPY_RATE, "kda.KdaVerify.track_time_cold") == (copy, None)
+    out = tmp_path / "out"
+    report.build(res, out)
+    rows = {int(x["seq_len"]): x for x in csv.DictReader(open(out / "nsa_forward.csv"))}
+    assert float(rows[512]["matmul_tflops"]) == matmul
+    pct = 100 * 21.47483648 / matmul
+    assert math.isclose(float(rows[512]["kernel_pct_of_matmul"]), pct, rel_tol=1e-12)
+    (bw,) = csv.DictReader(open(out / "kda_bandwidth.csv"))
+    assert float(bw["copy_gb_per_s"]) == copy
+    pct = 100 * 690_368 / 15e-6 / (copy * 1e9)
+    assert math.isclose(float(bw["pct_of_copy"]), pct, rel_tol=1e-12)
+    used = "ceilings" if "ceilings.Matmul.track_bf16_tflops" in stored else "common"
+    summary = (out / "summary.md").read_text()
+    assert f"- {used}.Matmul.track_bf16_tflops: aaaaaaaa" in summary
+    assert f"- {used}.CopyRate.track_copy_gb_per_s: aaaaaaaa" in summary
+    if used == "ceilings":  # the former names, stored beside, are not read
+        assert "common.Matmul" not in summary and "common.CopyRate" not in summary
+
+
+def test_ceilings_under_neither_name_are_not_run(tmp_path):
+    """A commit with no ceiling under any name: the percentages are n/a, "not run"."""
+    r = report.Results(_ceiling_results(tmp_path, {}))
+    not_run = (None, na_reasons.NaReason.NOT_RUN)
+    assert r.ceiling(report.MATMUL, "nsa.NsaForward.track_time") == not_run
+    assert r.ceiling(report.COPY_RATE, "kda.KdaVerify.track_time_cold") == not_run
 
 
 def test_kda_fused_over_unfused_ratios(tmp_path):

@@ -32,13 +32,15 @@ median of its samples:
 
     tokens/s        B * seq_len / time                                 (NSA, track_time)
     TFLOP/s         nsa_flops(preset, seq_len, direction) / time / 1e12
-    % of matmul     100 * TFLOP/s / common.Matmul.track_bf16_tflops
+    % of matmul     100 * TFLOP/s / ceilings.Matmul.track_bf16_tflops
     % of copy rate  100 * kda_verify_bytes(batch, heads, mode) / cold time
-                    / (common.CopyRate.track_copy_gb_per_s * 1e9)      (KDA, track_time_cold)
+                    / (ceilings.CopyRate.track_copy_gb_per_s * 1e9)    (KDA, track_time_cold)
 
 A ceiling (Matmul, CopyRate) is taken from the result files of the same machine and commit
 as the times it divides; where that commit has none, the percentage is n/a with the
-ceiling's reason (usually "not run": the default suite measures no ceiling).
+ceiling's reason (usually "not run": the default suite measures no ceiling). Results stored
+before the ceilings had a module of their own name them `common.Matmul.*` and
+`common.CopyRate.*`: those names are read too, the current one first (FORMER_NAMES).
 
 For every benchmark the newest result file (by date) of the machine that holds a value for
 it is used (or, where none does, the newest that holds the benchmark at all); the machine
@@ -69,7 +71,14 @@ from ci.na_reasons import NaReason, classify, describe, is_oom, load_oom, log_pa
 
 NSA = {"forward": "nsa.NsaForward", "backward": "nsa.NsaBackward"}
 KDA_VERIFY, KDA_BLOCK_V = "kda.KdaVerify", "kda.KdaBlockV"
-MATMUL, COPY_RATE = "common.Matmul.track_bf16_tflops", "common.CopyRate.track_copy_gb_per_s"
+MATMUL = "ceilings.Matmul.track_bf16_tflops"
+COPY_RATE = "ceilings.CopyRate.track_copy_gb_per_s"
+# The names the ceilings had while benchmarks/common.py defined them: older result files
+# hold these only, and a ceiling is looked up under its current name first.
+FORMER_NAMES = {
+    MATMUL: ("common.Matmul.track_bf16_tflops",),
+    COPY_RATE: ("common.CopyRate.track_copy_gb_per_s",),
+}
 SHORT = {"forward": "fwd", "backward": "bwd"}
 # Parameter names of the suite's classes, used when benchmarks.json is missing.
 NSA_PARAMS = ["seq_len", "impl", "preset", "pattern"]
@@ -281,24 +290,29 @@ class Results:
     def ceiling(self, name, of):
         """(value, NaReason or None) of the parameterless benchmark `name` (a device
         ceiling) in the result files of the commit that benchmark `of`'s values are from
-        (Results.get), this machine; (None, NOT_RUN) when that commit has none."""
+        (Results.get), this machine; (None, NOT_RUN) when that commit has none.
+
+        `name` is looked up first, then its FORMER_NAMES in order: the first with a value
+        wins (so the current name where both hold one); with no value under any, the
+        reason is the first name's that the commit holds."""
         commit = self.commits.get(of)
         if commit is None:
             self.get(of)
             commit = self.commits.get(of)
         found = None
-        for data in self.files:
-            if commit is None or str(data.get("commit_hash", "")) != commit:
-                continue
-            pts = points(data, name, [])
-            if not pts:
-                continue
-            value, raw = next(iter(pts.values()))
-            reason = classify(value, oom=is_oom(self.oom, commit, name, raw))
-            if reason is None:
-                self.used[name] = commit[:8]
-                return _number(value), None
-            found = found or reason
+        for alias in (name, *FORMER_NAMES.get(name, ())):
+            for data in self.files:
+                if commit is None or str(data.get("commit_hash", "")) != commit:
+                    continue
+                pts = points(data, alias, [])
+                if not pts:
+                    continue
+                value, raw = next(iter(pts.values()))
+                reason = classify(value, oom=is_oom(self.oom, commit, alias, raw))
+                if reason is None:
+                    self.used[alias] = commit[:8]
+                    return _number(value), None
+                found = found or reason
         return None, found or NaReason.NOT_RUN
 
 
@@ -712,7 +726,7 @@ def _ratio_cell(by_mode, num, den):
 
 def kda_bandwidth_rows(res, verify):
     """The KDA spec's bytes per call (kda_verify_bytes) over the stored cold time, as % of
-    common.CopyRate's copy rate of the same commit as KdaVerify.track_time_cold."""
+    ceilings.CopyRate's copy rate of the same commit as KdaVerify.track_time_cold."""
     copy_gbps, copy_why = res.ceiling(COPY_RATE, f"{KDA_VERIFY}.track_time_cold")
     out = []
     for r in verify:
@@ -772,7 +786,7 @@ def write_kda(out, res):
         lines = [
             "# KDA chain-verify, cold: the spec's bytes per call / time, % of copy rate",
             "",
-            f"Copy rate of the same commit (common.CopyRate): {rate}.",
+            f"Copy rate of the same commit (CopyRate): {rate}.",
         ]
         lines += markdown_grid(
             bandwidth,
