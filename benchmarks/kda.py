@@ -20,7 +20,7 @@ same bytes (torch.equal); a mismatch raises.
 
 The bandwidth figure (`verify_bytes` per call over the cold time, % of the copy rate) is not
 timed here: tools/report.py derives it from the stored `track_time_cold` values and the
-stored `common.CopyRate` ceiling of the same commit (docs/benchmarks.md, "Derived figures").
+stored `ceilings.CopyRate` ceiling of the same commit (docs/benchmarks.md, "Derived figures").
 """
 
 import math

@@ -22,7 +22,7 @@ kernel only), `track_time_eager` (both: the figure the seed's own benchmark take
 `track_peak_vram_bytes` (both); no host figure.
 
 Tokens/s, TFLOP/s and % of the matmul rate are not timed here: tools/report.py derives them
-from the stored `track_time` values and the stored `common.Matmul` ceiling of the same
+from the stored `track_time` values and the stored `ceilings.Matmul` ceiling of the same
 commit (docs/benchmarks.md, "Derived figures").
 """
 
