@@ -92,9 +92,16 @@ def test_auto_schedule_mixes_paths(case):
 
 
 def test_each_path_writes_only_its_tiles(monkeypatch):
-    """Without the block-major phase, exactly the rows of block-handled tiles stay NaN: the
-    tile kernel skips them and writes every other row."""
-    monkeypatch.setattr(block_major, "block_major_forward", lambda *args: None)
+    """With NaN partials in place of the block-major phase's, exactly the rows of
+    block-handled tiles come out NaN: the tile kernel skips them and writes every other
+    row, and the finishing kernel combines only them."""
+
+    def nan_partials(q, k, v, block_idx, counts, hist, min_blocks, flags, dims, *args):
+        BH = dims.B * dims.Hkv
+        part_o = torch.full((BH, dims.T, dims.S, dims.G, dims.D), float("nan"), dtype=q.dtype)
+        return part_o, torch.full((BH, dims.T, dims.S, dims.G), float("nan"))
+
+    monkeypatch.setattr(block_major, "block_major_partials", nan_partials)
     B, Hq, Hkv, T, D, bs, S = 1, 4, 1, 45, 32, 16, 4
     q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=39)
     idx = make_idx("odd", B, Hkv, T, bs, S)
@@ -154,11 +161,11 @@ def test_block_lists_are_the_inverse_of_block_idx(chunk, windows, key64):
     """For each (b, kv head, window, block): exactly the kept slots of the window's
     block-handled tiles, as flat slot indices t * S + s, with their block and whether the
     token lies inside it, then -1 up to a multiple of `chunk` places; a slot repeating an
-    earlier slot's block in its row is left out (the block counts once); the histogram is
-    consumed to zero; the partials' lse is -inf at exactly the dropped slots (repeats
-    included) of block-handled tiles (every head of a padded group of 3) and untouched
-    elsewhere. key64: the 64-bit sort keys of the fill kernel and of the tile-list kernel's
-    (block, slot) sort (for NB * slots per tile past 32 bits), forced."""
+    earlier slot's block in its row has a place among the entries that holds -1 (the block
+    counts once); the histogram is consumed to zero; the partials' lse is -inf at exactly
+    the dropped slots (repeats included) of block-handled tiles (every head of a padded
+    group of 3) and untouched elsewhere. key64: the fill kernel's 64-bit (block, slot) sort
+    keys (for NB * slots per tile past 32 bits), forced."""
     t = tuned(fill_key32_max=0) if key64 else None
     T, bs, S, block_t = 45, 8, 3, 4
     idx = with_repeats(odd_block_idx(2, 2, T, bs, S, seed=34), seed=3).long()
@@ -170,7 +177,7 @@ def test_block_lists_are_the_inverse_of_block_idx(chunk, windows, key64):
     handled = counts > thr
     assert handled.any() and (~handled).any()
     hist = torch.zeros(4, windows * NB, dtype=torch.int32)
-    assert torch.equal(tiles.tile_block_lists(idx, bs, block_t, hist, thr, key64)[1], counts)
+    assert torch.equal(tiles.tile_block_lists(idx, bs, block_t, hist, thr)[1], counts)
     part_l = torch.full((4, T, S, 3), float("nan"))
     row_ptr, col, code = block_major.block_lists(
         idx, counts, hist, thr, bs, block_t, chunk, part_l, t
@@ -192,18 +199,26 @@ def test_block_lists_are_the_inverse_of_block_idx(chunk, windows, key64):
     assert row_ptr.shape == (4, NL + 1) and col.shape == (4, L)
     assert code.shape == (4, -(-L // chunk))
     assert (row_ptr[:, 0] == 0).all() and (row_ptr % chunk == 0).all()
-    want = {}
-    for bh, t, s in torch.nonzero(kept & ~repeat).tolist():
+    want, n_rep = {}, {}
+    for bh, t, s in torch.nonzero(kept).tolist():
         j = flat[bh, t, s].item()
         if handled[bh, t // block_t]:
-            want.setdefault((bh, t // block_t // tpw * NB + j), []).append(t * S + s)
+            key = (bh, t // block_t // tpw * NB + j)
+            if repeat[bh, t, s]:
+                n_rep[key] = n_rep.get(key, 0) + 1
+            else:
+                want.setdefault(key, []).append(t * S + s)
     assert windows == 1 or len({key[1] // NB for key in want}) > 2  # several windows used
+    assert sum(n_rep.values()) > 0
     for bh in range(4):
         for i_l in range(NL):
             lo, hi = row_ptr[bh, i_l].item(), row_ptr[bh, i_l + 1].item()
-            n = len(want.get((bh, i_l), []))
+            entries = want.get((bh, i_l), [])
+            n = len(entries) + n_rep.get((bh, i_l), 0)
             assert hi - lo == -(-n // chunk) * chunk
-            assert sorted(col[bh, lo : lo + n].tolist()) == want.get((bh, i_l), [])
+            got = col[bh, lo : lo + n]
+            assert sorted(got[got >= 0].tolist()) == entries
+            assert (got == -1).sum().item() == n_rep.get((bh, i_l), 0)
             assert (col[bh, lo + n : hi] == -1).all()
             want_code = chunk_codes(col[bh, lo:hi], i_l % NB, S, bs, chunk)
             assert torch.equal(code[bh, lo // chunk : hi // chunk], want_code)

@@ -6,9 +6,9 @@ otherwise stream its own K/V block; here each block is loaded once per chunk of 
 that chose it. Steps (all on the device, no host sync, so the call stays capturable in a
 CUDA graph):
 
-1. Count (in tiles.py's tile-list kernel): HIST[bh, w, j] = tokens of block-handled
+1. Count (in tiles.py's tile-list kernel): HIST[bh, w, j] = slots of block-handled
    tiles of window w (`list_window` consecutive tokens) that kept block j (a row that lists
-   j twice counts once), one int32 atomic per distinct block of a tile. Each
+   j twice counts twice: see step 3), one int32 atomic per distinct block of a tile. Each
    (window, block) pair has its own list, and the lists
    run window by window: the programs, which walk the lists in order, all work on one window
    at a time, so the window's q rows (each read by the S blocks its token chose) are read
@@ -23,8 +23,8 @@ CUDA graph):
    and writes there the flat slot index t * S + s (COL); an atomic max gives each chunk of
    places its code (CODE: the block, with a flag for a token inside the block: only such
    chunks need the causal mask). A slot naming a block that an earlier slot of its row
-   named (in (block, slot) order it follows that slot) is dropped, so a repeated block
-   counts once, as in step 1's count. The order of tiles inside a list depends on the
+   named (in (block, slot) order it follows that slot) keeps its place but writes -1
+   there, a padding row, so a repeated block counts once. The order of tiles inside a list depends on the
    atomics' order: it is nondeterministic. The tile's dropped slots get PART_L = -inf (no
    partial will be written for them), so that the combine needs nothing but PART_L to tell
    them.
@@ -41,19 +41,21 @@ CUDA graph):
    chosen by every token (block 0 of the 'random' pattern) simply fills many chunks, so the
    load is balanced by construction; the padding costs at most one partly empty chunk per
    list.
-5. `_combine_kernel`, per block-handled tile: for each row, the partials of its kept slots
+5. `_combine_tile` (in forward.py's finishing kernel), per block-handled tile: for each row, the partials of its kept slots
    (those with a finite lse_part: a dropped slot's -inf from step 3 keeps its unwritten
    partial from being read), in slot order: with M = max lse_s and w_s = exp2(lse_s - M),
    o = sum_s w_s o_part_s / sum_s w_s and lse = (M + log2 sum_s w_s) ln 2. Every slot's lse
    is read first, so M and the weights are known before the partials are read, all at once
    (no running max, no rescaling). Rows with no kept slot get o = 0 and lse = -inf, as on the
-   token-tile path. The combine also sets the tile's entry of the forward's FLAG to 1 when
-   a real row ends non-finite.
+   token-tile path.
 
-Masked keys: a chunk that needs the causal mask multiplies p = 0 by the values of keys
-after a row's token (and by copies of key T - 1 past T), so a non-finite value there can
-reach a partial. The combined row then ends non-finite, the tile is flagged, and
-forward.py's fix-up kernel redoes it on the token-tile path over visible keys only.
+Masked keys: a partial covers one block its token selected, so the only keys it hides are
+those after the token, in a chunk that takes the causal mask: there p = 0 multiplies their
+values (and copies of key T - 1 past T), and a non-finite value makes the partial
+non-finite. Such a chunk sets the forward's FLAG of each tile with a row whose partial
+ended non-finite, and forward.py's fix-up kernel redoes the tile on the token-tile path
+over visible keys only. A non-finite partial of any other chunk comes from a key its row
+sees, and the combined row is non-finite as it should be.
 
 Determinism: a row's partial depends only on its own q row and its block (the tensor-core
 dot gives each output row the same result wherever the row sits in the tile), and it is
@@ -133,30 +135,30 @@ def _fill_kernel(
         b_j = (b_key // L_PAD).to(tl.int32)
         i_slot = (b_key % L_PAD).to(tl.int32) + e0
         _, last, start, end = _sorted_runs(b_j, i_e, L_PAD)
-        # Sorted by (block, slot), a row's repeats of a block follow its first slot naming
-        # it: they get no place (the tile-list kernel's HIST did not count them either) and
-        # PART_L -inf, as dropped slots.
-        rep = _repeats(b_key, i_e, S, L_PAD) & (b_j < NB)
-        valid = (b_j < NB) & ~rep
-        p_rep = PART_L + (i_bh.to(tl.int64) * T * S + i_slot)[:, None] * G + i_g[None, :]
-        tl.store(p_rep, b_inf, mask=rep[:, None] & (i_g < G)[None, :])
+        valid = b_j < NB
         # HIST[bh, w, j] counts the list's unclaimed entries down: the run's last lane takes
-        # the run's n placed lanes off it, and they fill the places [top - n, top) in lane
-        # order (a lane's place: top, less the run's placed lanes after it, less one).
-        n_le = tl.cumsum(valid.to(tl.int32), 0)
-        n_end = tl.gather(n_le, end, 0)
-        n_run = n_end - tl.gather(n_le, start, 0) + 1  # the run's first lane is placed
+        # the run's length off it and the run fills the places [top - length, top).
         i_list = (pid_t // TPW) * NB + b_j
         p_hist = HIST + i_bh.to(tl.int64) * NW * NB + i_list
-        b_top = tl.atomic_add(p_hist, -n_run, mask=last & (b_j < NB), sem="relaxed")
+        b_top = tl.atomic_add(p_hist, start - i_e - 1, mask=last & valid, sem="relaxed")
         b_top = tl.gather(b_top, end, 0)
         b_ptr = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NW * NB + 1) + i_list, mask=valid, other=0)
-        place = b_ptr + b_top - (n_end - n_le) - 1
-        tl.store(COL + i_bh.to(tl.int64) * L + place, i_slot, mask=valid)
+        place = b_ptr + b_top - (end - i_e) - 1
+        # Sorted by (block, slot), a row's repeats of a block follow its first slot naming
+        # it. A repeat keeps its place (the tile-list kernel's HIST counted it) but writes
+        # -1 there, a padding row of its chunk, and gets PART_L -inf as a dropped slot: the
+        # block counts once. Repeats are rare, so their masked store costs the clean case
+        # one instruction.
+        rep = _repeats(b_key, i_e, S, L_PAD) & valid
+        p_rep = PART_L + (i_bh.to(tl.int64) * T * S + i_slot)[:, None] * G + i_g[None, :]
+        tl.store(p_rep, b_inf, mask=rep[:, None] & (i_g < G)[None, :])
+        p_col = COL + i_bh.to(tl.int64) * L + place
+        tl.store(p_col, tl.where(rep, -1, i_slot), mask=valid)
         # The chunk's code: its block, and whether any of its tokens lies inside the block
         # (only then does the causal mask matter). All entries of a chunk share the block,
-        # so the max over them is 2 j + 1 as soon as one entry needs the mask.
-        b_code = 2 * b_j + (i_slot // S < (b_j + 1) * BS)
+        # so the max over them is 2 j + 1 as soon as one entry needs the mask. A repeat
+        # names the block only (a chunk of repeats alone still has one).
+        b_code = 2 * b_j + ((i_slot // S < (b_j + 1) * BS) & ~rep)
         p_code = CODE + i_bh.to(tl.int64) * NC + place // CHUNK
         tl.atomic_max(p_code, b_code, mask=valid, sem="relaxed")
 
@@ -178,14 +180,16 @@ def _chunk_entries(
 
 @triton.jit
 def _partial_chunk(
-    Q, K, V, PART_O, PART_L, i_slot, b_code, T, G, qk_scale,
+    Q, K, V, PART_O, PART_L, FLAG, i_slot, b_code, T, G, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
-    BLOCK_G: tl.constexpr, PREC: tl.constexpr, SCALE_POS: tl.constexpr, OFF64: tl.constexpr,
-    EVEN_G: tl.constexpr, FAST: tl.constexpr, EVICT: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_T: tl.constexpr, PREC: tl.constexpr,
+    SCALE_POS: tl.constexpr, OFF64: tl.constexpr, EVEN_G: tl.constexpr, FAST: tl.constexpr,
+    EVICT: tl.constexpr,
 ):  # fmt: skip
     """Partial softmax of every real row of one chunk over the chunk's block (step 4).
-    Q, K, V, PART_O, PART_L point at the program's (b, kv head): the group's first query
-    head, its K/V head and its partials. i_slot, b_code: from `_chunk_entries`.
+    Q, K, V, PART_O, PART_L, FLAG point at the program's (b, kv head): the group's first
+    query head, its K/V head, its partials and its tiles' non-finite flags (tiles of
+    BLOCK_T tokens). i_slot, b_code: from `_chunk_entries`.
     SCALE_POS: qk_scale > 0, so that the row max can be taken before scaling. OFF64: the
     per-row offsets need 64 bits (T * S * BLOCK_G * D past `partial_off32_max`). EVEN_G:
     G == BLOCK_G."""
@@ -241,6 +245,10 @@ def _partial_chunk(
         b_rl = 1.0 / b_l
         b_lg = tl.log2(b_l)
     b_o = tl.dot(b_p.to(b_v.dtype), b_v, input_precision=PREC) * b_rl[:, None]
+    if b_code % 2 == 1:
+        # The only chunks that hide keys from a row (see the module doc): flag the tiles
+        # whose rows may have taken a hidden non-finite value, for the fix-up kernel.
+        _flag_nonfinite(FLAG, i_t // BLOCK_T, b_o, ok)
     if OFF64:
         o_part = i_slot.to(tl.int64) * G + i_g
     else:
@@ -252,11 +260,12 @@ def _partial_chunk(
 
 @triton.jit
 def _partial_step(
-    Q, K, V, COL, CODE, PART_O, PART_L, c, n_prog, i_slot, b_code, o_list, o_code, n_chunks,
-    T, G, qk_scale,
+    Q, K, V, COL, CODE, PART_O, PART_L, FLAG, c, n_prog, i_slot, b_code, o_list, o_code,
+    n_chunks, T, G, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
-    BLOCK_G: tl.constexpr, PREC: tl.constexpr, SCALE_POS: tl.constexpr, OFF64: tl.constexpr,
-    EVEN_G: tl.constexpr, FAST: tl.constexpr, EVICT: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_T: tl.constexpr, PREC: tl.constexpr,
+    SCALE_POS: tl.constexpr, OFF64: tl.constexpr, EVEN_G: tl.constexpr, FAST: tl.constexpr,
+    EVICT: tl.constexpr,
 ):  # fmt: skip
     """Chunk c of `_partial_kernel`'s loop; returns the places and code the next step takes.
     i_slot and b_code are chunk c's, read by the step before, and chunk c + n_prog's are
@@ -266,19 +275,19 @@ def _partial_step(
         COL, CODE, c + n_prog, o_list, o_code, n_chunks, CHUNK, BLOCK_G
     )
     _partial_chunk(
-        Q, K, V, PART_O, PART_L, i_slot, b_code, T, G, qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC,
-        SCALE_POS, OFF64, EVEN_G, FAST, EVICT,
+        Q, K, V, PART_O, PART_L, FLAG, i_slot, b_code, T, G, qk_scale, S, D, BS, CHUNK,
+        BLOCK_G, BLOCK_T, PREC, SCALE_POS, OFF64, EVEN_G, FAST, EVICT,
     )  # fmt: skip
     return i_next, code_next
 
 
 @triton.jit
 def _partial_kernel(
-    Q, K, V, ROW_PTR, COL, CODE, PART_O, PART_L, T, NL, Hq, G, L, NC, qk_scale,
+    Q, K, V, ROW_PTR, COL, CODE, PART_O, PART_L, FLAG, T, NL, Hq, G, L, NC, N_TILES, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
-    BLOCK_G: tl.constexpr, PREC: tl.constexpr, SCALE_POS: tl.constexpr, STAGES: tl.constexpr,
-    PIPELINED: tl.constexpr, OFF64: tl.constexpr, EVEN_G: tl.constexpr,
-    FAST: tl.constexpr, EVICT: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_T: tl.constexpr, PREC: tl.constexpr,
+    SCALE_POS: tl.constexpr, STAGES: tl.constexpr, PIPELINED: tl.constexpr,
+    OFF64: tl.constexpr, EVEN_G: tl.constexpr, FAST: tl.constexpr, EVICT: tl.constexpr,
 ):  # fmt: skip
     """Chunks pid, pid + num_programs, ... of the lists of one (b, kv head) (step 4).
     PIPELINED: a `tl.range` loop that Triton software-pipelines over STAGES; otherwise
@@ -296,6 +305,7 @@ def _partial_kernel(
     V += i_bh.to(tl.int64) * T * D
     PART_O += i_bh.to(tl.int64) * T * S * G * D
     PART_L += i_bh.to(tl.int64) * T * S * G
+    FLAG += i_bh.to(tl.int64) * N_TILES
     o_list = i_bh.to(tl.int64) * L
     o_code = i_bh.to(tl.int64) * NC
     n_chunks = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NL + 1) + NL) // CHUNK
@@ -303,24 +313,24 @@ def _partial_kernel(
     if PIPELINED:
         for c in tl.range(pid, n_chunks, n_prog, num_stages=STAGES):
             i_slot, b_code = _partial_step(
-                Q, K, V, COL, CODE, PART_O, PART_L, c, n_prog, i_slot, b_code, o_list, o_code,
-                n_chunks, T, G, qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC, SCALE_POS, OFF64,
-                EVEN_G, FAST, EVICT,
+                Q, K, V, COL, CODE, PART_O, PART_L, FLAG, c, n_prog, i_slot, b_code, o_list,
+                o_code, n_chunks, T, G, qk_scale, S, D, BS, CHUNK, BLOCK_G, BLOCK_T, PREC,
+                SCALE_POS, OFF64, EVEN_G, FAST, EVICT,
             )  # fmt: skip
     else:
         c = pid
         while c < n_chunks:
             i_slot, b_code = _partial_step(
-                Q, K, V, COL, CODE, PART_O, PART_L, c, n_prog, i_slot, b_code, o_list, o_code,
-                n_chunks, T, G, qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC, SCALE_POS, OFF64,
-                EVEN_G, FAST, EVICT,
+                Q, K, V, COL, CODE, PART_O, PART_L, FLAG, c, n_prog, i_slot, b_code, o_list,
+                o_code, n_chunks, T, G, qk_scale, S, D, BS, CHUNK, BLOCK_G, BLOCK_T, PREC,
+                SCALE_POS, OFF64, EVEN_G, FAST, EVICT,
             )  # fmt: skip
             c += n_prog
 
 
 @triton.jit
 def _combine_tile(
-    PART_O, PART_L, O, LSE, FLAG, pid_t, i_bh, T, Hq, G, o_tile,
+    PART_O, PART_L, O, LSE, pid_t, i_bh, T, Hq, G,
     S: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr,
 ):  # fmt: skip
     """o and lse of the rows of one block-handled tile from their slots' partials (step 5),
@@ -359,33 +369,6 @@ def _combine_tile(
     b_o = b_acc / b_l[:, None]
     tl.store(O + o_row[:, None] + i_d[None, :], b_o.to(O.dtype.element_ty), mask=row_ok[:, None])
     tl.store(LSE + o_row // D, b_lse, mask=row_ok)
-    _flag_nonfinite(FLAG, o_tile, b_o, row_ok)
-
-
-@triton.jit
-def _combine_kernel(
-    COUNT, PART_O, PART_L, O, LSE, FLAG, T, Hq, G, MIN_BLOCKS, N_TILES,
-    S: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr,
-):  # fmt: skip
-    """Tiles pid, pid + num_programs, ... of one (b, kv head): the block-handled ones are
-    combined, the others skipped (persistent programs: on the 'recent' pattern no tile is
-    block-handled, and a few programs reading the counts cost less than one per tile).
-    The next tile's count is read before this tile is combined, so the branch on it does
-    not wait for memory."""
-    pid_t = tl.program_id(0)
-    i_bh = tl.program_id(1)
-    p_count = COUNT + i_bh.to(tl.int64) * N_TILES
-    n = tl.load(p_count + pid_t, mask=pid_t < N_TILES, other=0)
-    while pid_t < N_TILES:
-        nxt = pid_t + tl.num_programs(0)
-        n_next = tl.load(p_count + nxt, mask=nxt < N_TILES, other=0)
-        if n > MIN_BLOCKS:
-            _combine_tile(
-                PART_O, PART_L, O, LSE, FLAG, pid_t, i_bh, T, Hq, G,
-                i_bh.to(tl.int64) * N_TILES + pid_t, S, D, BLOCK_T, BLOCK_G,
-            )  # fmt: skip
-        n = n_next
-        pid_t = nxt
 
 
 def _multiprocessors(device):
@@ -456,20 +439,34 @@ def block_lists(
     return row_ptr, col, code
 
 
-def block_major_forward(
-    q, k, v, block_idx, counts, hist, min_blocks, o, lse, flags, dims, block_t, qk_scale, tuning
+def combine_programs(n_tiles, BH, device, tuning=None):
+    """Programs per (b, kv head) of the kernel that combines the block-handled tiles
+    (forward.py's finishing kernel): `combine_waves` resident programs per multiprocessor in
+    all, each walking its tiles, or one per tile."""
+    t = resolve(tuning).block_major
+    if t.combine_waves is None:
+        return n_tiles
+    return min(n_tiles, triton.cdiv(t.combine_waves * _multiprocessors(device), BH))
+
+
+def block_major_partials(
+    q, k, v, block_idx, counts, hist, min_blocks, flags, dims, block_t, qk_scale, tuning
 ):  # fmt: skip
-    """Write o and lse of the block-handled tiles (called by `selection_forward_triton`).
+    """Steps 2-4 for the block-handled tiles (called by `selection_forward_triton`, which
+    then combines them, step 5, with `_combine_tile`).
 
     Args:
         q, k, v, block_idx: the forward's checked inputs; dims their `_checks.Dims`.
         counts, hist, min_blocks: as for `block_lists`.
-        o: [B, Hq, T, D], lse: fp32 [B, Hq, T], the forward's outputs: rows of block-handled
-            tiles are written here, the others left alone.
         flags: int32 [B * Hkv, n_tiles], zero-filled: set to 1 for each block-handled tile
-            with a real row that ended non-finite.
+            with a row whose partial over a block that takes the causal mask ended
+            non-finite (a hidden key's value may have reached it).
         block_t: tokens per tile (the forward's); qk_scale: softmax scale * log2(e).
         tuning: the forward's `NsaTuning`; its block_major settings apply.
+    Returns:
+        part_o: [B * Hkv, T, S, G, D] in q's dtype and part_l: fp32 [B * Hkv, T, S, G], the
+        partials of the block-handled tiles' kept slots (part_l -inf at their other slots;
+        other tiles' places unwritten).
     """
     t = tuning.block_major
     BH = dims.B * dims.Hkv
@@ -489,9 +486,10 @@ def block_major_forward(
         n_chunks = min(n_chunks, triton.cdiv(t.partial_waves * _multiprocessors(q.device), BH))
     interpreted = _runtime.interpreter_active()
     _partial_kernel[(n_chunks, BH)](
-        q, k, v, row_ptr, col, code, part_o, part_l, dims.T, n_lists, dims.Hq, dims.G,
-        col.shape[1], code.shape[1], qk_scale, S=dims.S, D=dims.D, BS=dims.block_size,
-        CHUNK=chunk, BLOCK_G=block_g, PREC=prec, SCALE_POS=qk_scale > 0,
+        q, k, v, row_ptr, col, code, part_o, part_l, flags, dims.T, n_lists, dims.Hq, dims.G,
+        col.shape[1], code.shape[1], counts.shape[1], qk_scale, S=dims.S, D=dims.D,
+        BS=dims.block_size, CHUNK=chunk, BLOCK_G=block_g, BLOCK_T=block_t, PREC=prec,
+        SCALE_POS=qk_scale > 0,
         STAGES=t.partial_stages,
         PIPELINED=not interpreted,
         OFF64=dims.T * dims.S * block_g * dims.D > t.partial_off32_max, EVEN_G=dims.G == block_g,
@@ -499,12 +497,4 @@ def block_major_forward(
         EVICT=t.partial_store_evict,
         num_warps=t.partial_warps,
     )  # fmt: skip
-    n_tiles = counts.shape[1]
-    n_comb = n_tiles
-    if t.combine_waves is not None:
-        n_comb = min(n_tiles, triton.cdiv(t.combine_waves * _multiprocessors(q.device), BH))
-    _combine_kernel[(n_comb, BH)](
-        counts, part_o, part_l, o, lse, flags, dims.T, dims.Hq, dims.G, min_blocks, n_tiles,
-        S=dims.S, D=dims.D, BLOCK_T=block_t, BLOCK_G=block_g,
-        num_warps=t.combine_warps,
-    )  # fmt: skip
+    return part_o, part_l

@@ -87,16 +87,15 @@ def _repeats(b_key, i_e, S: tl.constexpr, L_PAD: tl.constexpr):
 def _tile_list_kernel(
     IDX, LIST, COUNT, HIST, FLAG, T, NB, N_TILES, MIN_BLOCKS, NW, TPW,
     S: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, L_PAD: tl.constexpr,
-    USE_HIST: tl.constexpr, KEY64: tl.constexpr, ZERO_FLAG: tl.constexpr,
+    USE_HIST: tl.constexpr, ZERO_FLAG: tl.constexpr,
 ):  # fmt: skip
     """LIST[bh, tile, :count] = sorted distinct kept blocks of the tile's BLOCK_T * S slots;
     COUNT[bh, tile] = count. Entries past count are left unwritten (never read).
     USE_HIST: when count > MIN_BLOCKS (a block-handled tile), also add to HIST[bh, w, j] the
-    number of the tile's tokens whose kept slots chose block j (a block repeated within a
-    row counts once; one int32 atomic per distinct block, not per slot: block 0 of the
-    'random' pattern is chosen by every token); w = tile // TPW, the tile's window of TPW
-    tiles (HIST is [B * Hkv, NW, NB]). With USE_HIST the slots are sorted by (block, slot)
-    (64-bit keys when KEY64), so that a row's repeats sit side by side; otherwise by block.
+    number of the tile's kept slots that chose block j (a row's repeat of a block is a slot
+    too: the fill kernel gives it a place that it leaves empty; one int32 atomic per
+    distinct block, not per slot: block 0 of the 'random' pattern is chosen by every
+    token); w = tile // TPW, the tile's window of TPW tiles (HIST is [B * Hkv, NW, NB]).
     ZERO_FLAG: FLAG[bh, tile] = 0 (the forward's non-finite flags, set by later kernels)."""
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)
@@ -107,15 +106,7 @@ def _tile_list_kernel(
     b_j = tl.load(p_idx + i_e, mask=ok, other=-1)
     # Dropped slots sort last as NB; after sorting, a block's first copy is the one that
     # differs from its left neighbour, and a prefix sum of those flags is its output slot.
-    b_j = tl.where(ok & _kept(b_j, i_t, T, NB, BS), b_j, NB).to(tl.int32)
-    if USE_HIST:
-        if KEY64:
-            b_key = tl.sort(b_j.to(tl.int64) * L_PAD + i_e)
-        else:
-            b_key = tl.sort(b_j * L_PAD + i_e)
-        b_j = (b_key // L_PAD).to(tl.int32)
-    else:
-        b_j = tl.sort(b_j)
+    b_j = tl.sort(tl.where(ok & _kept(b_j, i_t, T, NB, BS), b_j, NB).to(tl.int32))
     first, last, start, _ = _sorted_runs(b_j, i_e, L_PAD)
     first = first & (b_j < NB)
     pos = tl.cumsum(first.to(tl.int32), 0) - 1
@@ -127,12 +118,9 @@ def _tile_list_kernel(
         tl.store(FLAG + o_tile, 0)
     if USE_HIST:
         if count > MIN_BLOCKS:
-            # A run's last lane adds the run's lanes that are no repeat: its prefix count
-            # of them, less that of the run's first lane (never a repeat), plus one.
-            fresh = tl.cumsum((_repeats(b_key, i_e, S, L_PAD) == 0).to(tl.int32), 0)
-            n_run = fresh - tl.gather(fresh, start, 0) + 1
+            # A run's last lane adds the run length (its lane - the run's first lane + 1).
             p_hist = HIST + (i_bh.to(tl.int64) * NW + pid_t // TPW) * NB + b_j
-            tl.atomic_add(p_hist, n_run, mask=last & (b_j < NB), sem="relaxed")
+            tl.atomic_add(p_hist, i_e - start + 1, mask=last & (b_j < NB), sem="relaxed")
 
 
 def window_tiles(n_tiles, n_windows):
@@ -141,8 +129,7 @@ def window_tiles(n_tiles, n_windows):
 
 
 def tile_block_lists(
-    block_idx, block_size, block_t, hist=None, min_blocks=0, key64=None, flags=None,
-    tuning=None,
+    block_idx, block_size, block_t, hist=None, min_blocks=0, flags=None, tuning=None
 ):  # fmt: skip
     """Per tile of block_t consecutive tokens, the distinct kept blocks its tokens selected.
 
@@ -152,11 +139,9 @@ def tile_block_lists(
         block_t: tokens per tile.
         hist: optional int32 [B * Hkv, NW * NB], zero-filled: for every tile with more
             than `min_blocks` distinct blocks (block-handled), hist[bh, w * NB + j] is
-            increased by the number of its tokens that kept block j (once per token, also
-            when its row lists j twice), w = the tile's window (`window_tiles`).
+            increased by the number of its slots that kept block j (a row that lists j
+            twice adds 2), w = the tile's window (`window_tiles`).
         min_blocks: see hist.
-        key64: with hist, sort (block, slot) keys in 64 bits (None: only when
-            (NB + 1) * next_pow2(block_t * S) exceeds int32).
         flags: optional int32 [B * Hkv, n_tiles], zero-filled here.
         tuning: an `NsaTuning` (None: the default); its forward.tile_list_warps apply.
     Returns:
@@ -172,15 +157,12 @@ def tile_block_lists(
     counts = torch.empty(B * Hkv, n_tiles, dtype=torch.int32, device=block_idx.device)
     NW = 1 if hist is None else hist.shape[1] // NB
     l_pad = triton.next_power_of_2(block_t * S)
-    if key64 is None:
-        key64 = (NB + 1) * l_pad > 2**31 - 1
     _tile_list_kernel[(n_tiles, B * Hkv)](
         block_idx, lists, counts, counts if hist is None else hist,
         counts if flags is None else flags, T, NB, n_tiles, min_blocks,
         NW, window_tiles(n_tiles, NW),
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=l_pad,
-        USE_HIST=hist is not None, KEY64=bool(key64) and hist is not None,
-        ZERO_FLAG=flags is not None,
+        USE_HIST=hist is not None, ZERO_FLAG=flags is not None,
         num_warps=resolve(tuning).forward.tile_list_warps,
     )  # fmt: skip
     return lists, counts
