@@ -41,7 +41,7 @@ CUDA graph):
    chosen by every token (block 0 of the 'random' pattern) simply fills many chunks, so the
    load is balanced by construction; the padding costs at most one partly empty chunk per
    list.
-5. `_combine_tile` (in forward.py's finishing kernel), per block-handled tile: for each row, the partials of its kept slots
+5. `_combine_kernel`, per block-handled tile: for each row, the partials of its kept slots
    (those with a finite lse_part: a dropped slot's -inf from step 3 keeps its unwritten
    partial from being read), in slot order: with M = max lse_s and w_s = exp2(lse_s - M),
    o = sum_s w_s o_part_s / sum_s w_s and lse = (M + log2 sum_s w_s) ln 2. Every slot's lse
@@ -79,8 +79,7 @@ from .tiles import (
     LN2,
     _flag_nonfinite,
     _kept,
-    _repeats,
-    _sorted_runs,
+    _run_bounds,
     _tile_rows,
     window_tiles,
 )
@@ -134,7 +133,15 @@ def _fill_kernel(
             b_key = tl.sort(b_j * L_PAD + i_e)
         b_j = (b_key // L_PAD).to(tl.int32)
         i_slot = (b_key % L_PAD).to(tl.int32) + e0
-        _, last, start, end = _sorted_runs(b_j, i_e, L_PAD)
+        # Runs of one block, and a row's repeats of it: sorted by (block, slot), a row's
+        # repeats follow its first slot naming the block, so one gather of each lane's left
+        # neighbour's (block, token) tells both where a run starts and whether a lane
+        # repeats the one before it.
+        b_jt = b_j.to(b_key.dtype) * BLOCK_T + (i_slot - e0) // S
+        b_prev = tl.gather(b_jt, tl.maximum(i_e - 1, 0), 0)
+        first = (i_e == 0) | (b_prev // BLOCK_T != b_j)
+        last = (i_e == L_PAD - 1) | (b_j != tl.gather(b_j, tl.minimum(i_e + 1, L_PAD - 1), 0))
+        start, end = _run_bounds(first, last, i_e, L_PAD)
         valid = b_j < NB
         # HIST[bh, w, j] counts the list's unclaimed entries down: the run's last lane takes
         # the run's length off it and the run fills the places [top - length, top).
@@ -144,12 +151,10 @@ def _fill_kernel(
         b_top = tl.gather(b_top, end, 0)
         b_ptr = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NW * NB + 1) + i_list, mask=valid, other=0)
         place = b_ptr + b_top - (end - i_e) - 1
-        # Sorted by (block, slot), a row's repeats of a block follow its first slot naming
-        # it. A repeat keeps its place (the tile-list kernel's HIST counted it) but writes
-        # -1 there, a padding row of its chunk, and gets PART_L -inf as a dropped slot: the
-        # block counts once. Repeats are rare, so their masked store costs the clean case
-        # one instruction.
-        rep = _repeats(b_key, i_e, S, L_PAD) & valid
+        # A repeat keeps its place (the tile-list kernel's HIST counted it) but writes -1
+        # there, a padding row of its chunk, and gets PART_L -inf as a dropped slot: the
+        # block counts once.
+        rep = (i_e > 0) & (b_prev == b_jt) & valid
         p_rep = PART_L + (i_bh.to(tl.int64) * T * S + i_slot)[:, None] * G + i_g[None, :]
         tl.store(p_rep, b_inf, mask=rep[:, None] & (i_g < G)[None, :])
         p_col = COL + i_bh.to(tl.int64) * L + place
@@ -371,6 +376,41 @@ def _combine_tile(
     tl.store(LSE + o_row // D, b_lse, mask=row_ok)
 
 
+@triton.jit
+def _combine_kernel(
+    COUNT, PART_O, PART_L, O, LSE, T, Hq, G, MIN_BLOCKS, N_TILES,
+    S: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr,
+    WALK: tl.constexpr,
+):  # fmt: skip
+    """Tiles pid, pid + num_programs, ... of one (b, kv head): the block-handled ones are
+    combined, the others skipped (persistent programs: on the 'recent' pattern no tile is
+    block-handled, and a few programs reading the counts cost less than one per tile).
+    The next tile's count is read before this tile is combined, so the branch on it does
+    not wait for memory. WALK: a power of two >= the tiles of one program, or 0: no
+    pre-check."""
+    pid_t = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    n_prog = tl.num_programs(0)
+    p_count = COUNT + i_bh.to(tl.int64) * N_TILES
+    # All of the program's counts first, in one vector load (WALK >= its tiles): on the
+    # 'recent' pattern none exceeds MIN_BLOCKS, and the walk below never starts.
+    todo = True
+    if WALK > 0:
+        i_w = pid_t + tl.arange(0, WALK) * n_prog
+        todo = tl.max(tl.load(p_count + i_w, mask=i_w < N_TILES, other=0), axis=0) > MIN_BLOCKS
+    if todo:
+        n = tl.load(p_count + pid_t, mask=pid_t < N_TILES, other=0)
+        while pid_t < N_TILES:
+            nxt = pid_t + n_prog
+            n_next = tl.load(p_count + nxt, mask=nxt < N_TILES, other=0)
+            if n > MIN_BLOCKS:
+                _combine_tile(
+                    PART_O, PART_L, O, LSE, pid_t, i_bh, T, Hq, G, S, D, BLOCK_T, BLOCK_G
+                )  # fmt: skip
+            n = n_next
+            pid_t = nxt
+
+
 def _multiprocessors(device):
     """Streaming multiprocessors of a CUDA device (a host-side query); 1 elsewhere."""
     if device.type != "cuda":
@@ -439,34 +479,21 @@ def block_lists(
     return row_ptr, col, code
 
 
-def combine_programs(n_tiles, BH, device, tuning=None):
-    """Programs per (b, kv head) of the kernel that combines the block-handled tiles
-    (forward.py's finishing kernel): `combine_waves` resident programs per multiprocessor in
-    all, each walking its tiles, or one per tile."""
-    t = resolve(tuning).block_major
-    if t.combine_waves is None:
-        return n_tiles
-    return min(n_tiles, triton.cdiv(t.combine_waves * _multiprocessors(device), BH))
-
-
-def block_major_partials(
-    q, k, v, block_idx, counts, hist, min_blocks, flags, dims, block_t, qk_scale, tuning
+def block_major_forward(
+    q, k, v, block_idx, counts, hist, min_blocks, o, lse, flags, dims, block_t, qk_scale, tuning
 ):  # fmt: skip
-    """Steps 2-4 for the block-handled tiles (called by `selection_forward_triton`, which
-    then combines them, step 5, with `_combine_tile`).
+    """Write o and lse of the block-handled tiles (called by `selection_forward_triton`).
 
     Args:
         q, k, v, block_idx: the forward's checked inputs; dims their `_checks.Dims`.
         counts, hist, min_blocks: as for `block_lists`.
+        o: [B, Hq, T, D], lse: fp32 [B, Hq, T], the forward's outputs: rows of block-handled
+            tiles are written here, the others left alone.
         flags: int32 [B * Hkv, n_tiles], zero-filled: set to 1 for each block-handled tile
             with a row whose partial over a block that takes the causal mask ended
             non-finite (a hidden key's value may have reached it).
         block_t: tokens per tile (the forward's); qk_scale: softmax scale * log2(e).
         tuning: the forward's `NsaTuning`; its block_major settings apply.
-    Returns:
-        part_o: [B * Hkv, T, S, G, D] in q's dtype and part_l: fp32 [B * Hkv, T, S, G], the
-        partials of the block-handled tiles' kept slots (part_l -inf at their other slots;
-        other tiles' places unwritten).
     """
     t = tuning.block_major
     BH = dims.B * dims.Hkv
@@ -497,4 +524,14 @@ def block_major_partials(
         EVICT=t.partial_store_evict,
         num_warps=t.partial_warps,
     )  # fmt: skip
-    return part_o, part_l
+    n_tiles = counts.shape[1]
+    n_comb = n_tiles
+    if t.combine_waves is not None:
+        n_comb = min(n_tiles, triton.cdiv(t.combine_waves * _multiprocessors(q.device), BH))
+    walk = triton.next_power_of_2(triton.cdiv(n_tiles, n_comb))
+    _combine_kernel[(n_comb, BH)](
+        counts, part_o, part_l, o, lse, dims.T, dims.Hq, dims.G, min_blocks, n_tiles,
+        S=dims.S, D=dims.D, BLOCK_T=block_t, BLOCK_G=block_g,
+        WALK=walk if walk <= t.combine_precheck_tiles else 0,
+        num_warps=t.combine_warps,
+    )  # fmt: skip

@@ -48,13 +48,11 @@ can only make a row's sum non-finite. So both paths run their plain products and
 (FLAG, one int32 per tile) the tiles where a hidden value may have reached a row: the
 token-tile kernel a tile with a real row that ends non-finite, the block-major phase a tile
 with a row whose partial over its causal block does (`block_major`: the only partials that
-hide keys). The kernel that runs after both paths redoes the flagged tiles on the
+hide keys). A fix-up kernel, launched after both, redoes the flagged tiles on the
 token-tile path with each row's p @ v over its visible keys (`_visible_pv`: non-finite
-values enter the dot as 0, and a row that sees one gets NaN): the finishing kernel, which
-also combines the block-handled tiles, when the block-major phase ran, else a fix-up
-kernel. Clean inputs pay one check per token tile and per causal chunk, and the flag
-loads; the SAFE code sits in those last kernels, so it costs the fast kernels no
-registers. A non-finite key or value that a row sees makes the row non-finite
+values enter the dot as 0, and a row that sees one gets NaN). Clean inputs pay one check
+per token tile and per causal chunk, and the fix-up kernel's flag loads; the SAFE code
+sits in a kernel of its own, so it costs the fast kernels no registers. A non-finite key or value that a row sees makes the row non-finite
 (NaN when it is a NaN).
 """
 
@@ -254,46 +252,6 @@ def _sel_fwd_fix_kernel(
             i += 1
 
 
-@triton.jit
-def _sel_fwd_finish_kernel(
-    Q, K, V, IDX, LIST, COUNT, PART_O, PART_L, O, LSE, FLAG,
-    T, NB, Hq, G, qk_scale, MIN_BLOCKS, N_TILES,
-    S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
-    FOR_LOOP: tl.constexpr,
-):  # fmt: skip
-    """After both paths, when the block-major phase ran: tiles pid, pid + num_programs, ...
-    of one (b, kv head). A flagged tile (FLAG, from either path) is redone on the token-tile
-    path with SAFE products; any other block-handled tile is combined from its partials
-    (`block_major._combine_tile`); the token-tile kernel's tiles are done. The programs are
-    persistent: on the 'recent' pattern no tile is block-handled or flagged, and a few
-    programs reading each tile's count and flag cost less than one per tile. The next
-    tile's count and flag are read before this tile is handled, so the branch on them does
-    not wait for memory."""
-    pid_t = tl.program_id(0)
-    i_bh = tl.program_id(1)
-    o_bh = i_bh.to(tl.int64) * N_TILES
-    live = pid_t < N_TILES
-    n = tl.load(COUNT + o_bh + pid_t, mask=live, other=0)
-    bad = tl.load(FLAG + o_bh + pid_t, mask=live, other=0)
-    while pid_t < N_TILES:
-        nxt = pid_t + tl.num_programs(0)
-        n_next = tl.load(COUNT + o_bh + nxt, mask=nxt < N_TILES, other=0)
-        bad_next = tl.load(FLAG + o_bh + nxt, mask=nxt < N_TILES, other=0)
-        if bad != 0:
-            _sel_fwd_tile(
-                Q, K, V, IDX, LIST, COUNT, O, LSE, FLAG, pid_t, i_bh, o_bh + pid_t, T, NB, Hq,
-                G, qk_scale, S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, FOR_LOOP, True,
-            )  # fmt: skip
-        elif n > MIN_BLOCKS:
-            block_major._combine_tile(
-                PART_O, PART_L, O, LSE, pid_t, i_bh, T, Hq, G, S, D, BLOCK_T, BLOCK_G
-            )  # fmt: skip
-        n = n_next
-        bad = bad_next
-        pid_t = nxt
-
-
 def block_path_bytes(dims, element_size):
     """Device memory the block-major path allocates for one call: partial o and lse per
     (token, slot, head) and two int32 list entries per (token, slot)."""
@@ -385,31 +343,20 @@ def selection_forward_triton(
             num_warps=ft.num_warps, num_stages=forward_stages(block_t, tuning),
         )  # fmt: skip
     if hist is not None:
-        part_o, part_l = block_major.block_major_partials(
-            q, k, v, block_idx, counts, hist, min_blocks, flags, dims, block_t, qk_scale, tuning
+        block_major.block_major_forward(
+            q, k, v, block_idx, counts, hist, min_blocks, o, lse, flags, dims, block_t, qk_scale,
+            tuning,
         )  # fmt: skip
     if side is not None:
-        # Join: everything after this on `main` (and the caching allocator's reuse of this
-        # call's temporaries, which were allocated on `main`) waits for the tile kernel.
+        # Join: everything after the call on `main` (and the caching allocator's reuse of
+        # this call's temporaries, which were allocated on `main`) waits for the tile kernel.
         main.wait_stream(side)
-    consts = dict(
+    launch(
+        _sel_fwd_fix_kernel, (triton.cdiv(grid[0], ft.fix_tiles), grid[1]),
+        q, k, v, block_idx, lists, counts, o, lse, flags,
+        dims.T, dims.NB, dims.Hq, dims.G, qk_scale, grid[0],
         S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
-        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(), num_stages=1,
+        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(), FIX=ft.fix_tiles,
+        num_warps=ft.num_warps, num_stages=1,
     )  # fmt: skip
-    if hist is not None:
-        # One kernel combines the block-handled tiles and redoes the flagged ones.
-        n_prog = block_major.combine_programs(grid[0], grid[1], q.device, tuning)
-        launch(
-            _sel_fwd_finish_kernel, (n_prog, grid[1]),
-            q, k, v, block_idx, lists, counts, part_o, part_l, o, lse, flags,
-            dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks, grid[0],
-            num_warps=tuning.block_major.combine_warps, **consts,
-        )  # fmt: skip
-    else:
-        launch(
-            _sel_fwd_fix_kernel, (triton.cdiv(grid[0], ft.fix_tiles), grid[1]),
-            q, k, v, block_idx, lists, counts, o, lse, flags,
-            dims.T, dims.NB, dims.Hq, dims.G, qk_scale, grid[0],
-            FIX=ft.fix_tiles, num_warps=ft.num_warps, **consts,
-        )  # fmt: skip
     return (o, lse) if return_lse else o

@@ -62,25 +62,22 @@ def _min_op(a, b):
 
 
 @triton.jit
+def _run_bounds(first, last, i_e, L: tl.constexpr):
+    """The lanes where each lane's run starts and ends, from the runs' first and last lanes
+    ([L] bool)."""
+    start = tl.associative_scan(tl.where(first, i_e, 0), 0, _max_op)
+    end = tl.associative_scan(tl.where(last, i_e, L - 1), 0, _min_op, reverse=True)
+    return start, end
+
+
+@triton.jit
 def _sorted_runs(b_x, i_e, L: tl.constexpr):
     """Runs of equal values in a sorted [L] vector: per lane, whether it is the first / last
     of its run, and the lanes where its run starts and ends."""
     first = (i_e == 0) | (b_x != tl.gather(b_x, tl.maximum(i_e - 1, 0), 0))
     last = (i_e == L - 1) | (b_x != tl.gather(b_x, tl.minimum(i_e + 1, L - 1), 0))
-    start = tl.associative_scan(tl.where(first, i_e, 0), 0, _max_op)
-    end = tl.associative_scan(tl.where(last, i_e, L - 1), 0, _min_op, reverse=True)
+    start, end = _run_bounds(first, last, i_e, L)
     return first, last, start, end
-
-
-@triton.jit
-def _repeats(b_key, i_e, S: tl.constexpr, L_PAD: tl.constexpr):
-    """Lanes sorted by key = block * L_PAD + tile-local slot (token * S + slot): whether a
-    lane names the same block as the lane before it for the same token, i.e. a later slot
-    of one row repeating that row's block (the row's first such slot is not a repeat)."""
-    b_prev = tl.gather(b_key, tl.maximum(i_e - 1, 0), 0)
-    same_j = b_key // L_PAD == b_prev // L_PAD
-    same_t = (b_key % L_PAD) // S == (b_prev % L_PAD) // S
-    return (i_e > 0) & same_j & same_t
 
 
 @triton.jit

@@ -40,8 +40,7 @@ class ForwardTuning:
     overlap_tile_kernel: bool = True
     # Warps of the tile-list kernel (forward, dq): one warp sorts by lane shuffles, no barrier
     tile_list_warps: int = 1
-    # Tiles per fix-up program (a power of two; the tile-only calls, where no block-major
-    # phase runs): clean inputs cost one vector load a program
+    # Tiles per fix-up program (a power of two): clean inputs cost one vector load a program
     fix_tiles: int = 128
 
     def __post_init__(self):
@@ -65,11 +64,13 @@ class BlockMajorTuning:
     partial_waves: int | None = 16
     # Partial-loop stages: the next chunk's q rows and K/V land in shared memory meanwhile
     partial_stages: int = 2
-    # Warps per program of the kernel that combines (and redoes flagged tiles) after the
-    # partials: one program per SM, a tile's partial loads all in flight
+    # Warps per combine program: one program per SM, a tile's partial loads all in flight
     combine_warps: int = 16
-    # Its persistent programs per SM (None: one per tile): one resident program each
+    # Persistent combine programs per SM (None: one per tile): one resident program each
     combine_waves: int | None = 1
+    # Most tiles a combine program pre-checks in one vector load of their counts, so that a
+    # call with no block-handled tile skips the walk (8 values a thread at 16 warps)
+    combine_precheck_tiles: int = 4096
     # Lists per step of the prefix-sum kernel (one program per (b, kv head) loops over them)
     prefix_block: int = 4096
     # Tokens per list window (None: one): a window's q rows are read from DRAM about once
