@@ -23,8 +23,9 @@ CUDA graph):
    and writes there the flat slot index t * S + s (COL); an atomic max gives each chunk of
    places its code (CODE: the block, with a flag for a token inside the block: only such
    chunks need the causal mask). A slot naming a block that an earlier slot of its row
-   named (in (block, slot) order it follows that slot) keeps its place but writes -1
-   there, a padding row, so a repeated block counts once. The order of tiles inside a list depends on the
+   named (in (block, slot) order it follows that slot) keeps its place but writes
+   -2 - slot there: no partial, and the partial kernel sets its PART_L -inf, so a repeated
+   block counts once. The order of tiles inside a list depends on the
    atomics' order: it is nondeterministic. The tile's dropped slots get PART_L = -inf (no
    partial will be written for them), so that the combine needs nothing but PART_L to tell
    them.
@@ -110,7 +111,8 @@ def _fill_kernel(
 ):  # fmt: skip
     """Place the kept slots of one block-handled tile in their blocks' lists, and mark its
     dropped slots' PART_L -inf (step 3). A slot that repeats its row's block (an earlier
-    slot of the same token kept it) counts as dropped: the block counts once per row."""
+    slot of the same token kept it) is placed as -2 - slot, which the partial kernel reads
+    as "mark this slot's PART_L -inf": the block counts once per row."""
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)
     if tl.load(COUNT + i_bh.to(tl.int64) * tl.num_programs(0) + pid_t) > MIN_BLOCKS:
@@ -151,14 +153,13 @@ def _fill_kernel(
         b_top = tl.gather(b_top, end, 0)
         b_ptr = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NW * NB + 1) + i_list, mask=valid, other=0)
         place = b_ptr + b_top - (end - i_e) - 1
-        # A repeat keeps its place (the tile-list kernel's HIST counted it) but writes -1
-        # there, a padding row of its chunk, and gets PART_L -inf as a dropped slot: the
-        # block counts once.
+        # A repeat keeps its place (the tile-list kernel's HIST counted it) and writes
+        # -2 - slot there: no partial, and the partial kernel, which has a few rows a
+        # chunk where this kernel has the tile's every slot, marks its PART_L -inf, as a
+        # dropped slot's.
         rep = (i_e > 0) & (b_prev == b_jt) & valid
-        p_rep = PART_L + (i_bh.to(tl.int64) * T * S + i_slot)[:, None] * G + i_g[None, :]
-        tl.store(p_rep, b_inf, mask=rep[:, None] & (i_g < G)[None, :])
         p_col = COL + i_bh.to(tl.int64) * L + place
-        tl.store(p_col, tl.where(rep, -1, i_slot), mask=valid)
+        tl.store(p_col, tl.where(rep, -2 - i_slot, i_slot), mask=valid)
         # The chunk's code: its block, and whether any of its tokens lies inside the block
         # (only then does the causal mask matter). All entries of a chunk share the block,
         # so the max over them is 2 j + 1 as soon as one entry needs the mask. A repeat
@@ -172,9 +173,9 @@ def _fill_kernel(
 def _chunk_entries(
     COL, CODE, c, o_list, o_code, n_chunks, CHUNK: tl.constexpr, BLOCK_G: tl.constexpr
 ):
-    """The list places of chunk c's rows (flat slot t * S + s; -1 on padding) and the
-    chunk's code (2 j + 1 when a row needs the causal mask, else 2 j). Row r of a chunk is
-    head r % BLOCK_G of the chunk's entry r // BLOCK_G. A chunk past the lists (c >=
+    """The list places of chunk c's rows (flat slot t * S + s; -1 on padding, -2 - slot for
+    a repeat) and the chunk's code (2 j + 1 when a row needs the causal mask, else 2 j).
+    Row r of a chunk is head r % BLOCK_G of the chunk's entry r // BLOCK_G. A chunk past the lists (c >=
     n_chunks, read ahead by the last iteration) comes back as padding."""
     i_r = tl.arange(0, CHUNK * BLOCK_G)
     live = c < n_chunks
@@ -202,6 +203,14 @@ def _partial_chunk(
     i_g = i_r % BLOCK_G
     i_d = tl.arange(0, D)
     ok = (i_slot >= 0) & (i_g < G)
+    # A row's repeat of its block (place -2 - slot, see the fill kernel) takes no part:
+    # its slot's lse is -inf, as a dropped slot's.
+    rep = (i_slot < -1) & (i_g < G)
+    if OFF64:
+        o_rep = (-2 - i_slot).to(tl.int64) * G + i_g
+    else:
+        o_rep = (-2 - i_slot) * G + i_g
+    tl.store(PART_L + o_rep, tl.full(o_rep.shape, float("-inf"), tl.float32), mask=rep)
     j = b_code // 2
     # Padding rows (slot -1) read token 0's q row, a valid address: their results are
     # never stored, so the q loads need a mask only for a padded group (G < BLOCK_G).
@@ -443,16 +452,17 @@ def block_lists(
             tiles. Consumed: counted down to zero.
         block_size, block_t: keys per block, tokens per tile; chunk: entries per chunk.
         part_l: fp32 [B * Hkv, T, S, G], the partials' lse: its dropped slots of
-            block-handled tiles are set to -inf here (the kept ones are the partial
-            kernel's).
+            block-handled tiles are set to -inf here (the kept ones and the repeats, placed
+            as -2 - slot in col, are the partial kernel's).
         tuning: an `NsaTuning` (None: the default); its block_major settings apply.
     Returns:
         row_ptr: int32 [B * Hkv, NL + 1] (NL = NW * NB lists, list w * NB + j for block j
             in window w), multiples of chunk; list l's places of row bh are
             col[bh, row_ptr[bh, l] : row_ptr[bh, l + 1]]: its entries, in an unspecified
             order, then -1 up to the chunk boundary (fewer than chunk of them).
-        col: int32 [B * Hkv, T * S + NL * chunk] flat slot indices t * S + s (past
-            row_ptr[bh, NL]: unwritten).
+        col: int32 [B * Hkv, T * S + NL * chunk] flat slot indices t * S + s, or
+            -2 - (t * S + s) for a slot repeating its row's block (past row_ptr[bh, NL]:
+            unwritten).
         code: int32 [B * Hkv, cdiv(L, chunk)] per chunk of places (col[bh, c * chunk :
             (c + 1) * chunk]): 2 * block + 1 when one of its entries' tokens lies inside
             its block (the causal mask matters), else 2 * block; -1 past the lists.
