@@ -387,17 +387,15 @@ def _combine_tile(
 
 @triton.jit
 def _combine_kernel(
-    COUNT, FLAG, PART_O, PART_L, O, LSE, T, Hq, G, MIN_BLOCKS, N_TILES,
+    COUNT, PART_O, PART_L, O, LSE, T, Hq, G, MIN_BLOCKS, N_TILES,
     S: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr,
     WALK: tl.constexpr,
 ):  # fmt: skip
     """Tiles pid, pid + num_programs, ... of one (b, kv head): the block-handled ones are
     combined, the others skipped (persistent programs: on the 'recent' pattern no tile is
-    block-handled, and a few programs reading the counts cost less than one per tile), and
-    so are the flagged ones (FLAG, final once the partials are written: forward.py's
-    fix-up kernel, which may run beside this one, owns their rows). The next tile's count
-    and flag are read before this tile is combined, so the branch on them does not wait
-    for memory. WALK: a power of two >= the tiles of one program, or 0: no
+    block-handled, and a few programs reading the counts cost less than one per tile).
+    The next tile's count is read before this tile is combined, so the branch on it does
+    not wait for memory. WALK: a power of two >= the tiles of one program, or 0: no
     pre-check."""
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)
@@ -410,20 +408,15 @@ def _combine_kernel(
         i_w = pid_t + tl.arange(0, WALK) * n_prog
         todo = tl.max(tl.load(p_count + i_w, mask=i_w < N_TILES, other=0), axis=0) > MIN_BLOCKS
     if todo:
-        p_flag = FLAG + i_bh.to(tl.int64) * N_TILES
-        live = pid_t < N_TILES
-        n = tl.load(p_count + pid_t, mask=live, other=0)
-        bad = tl.load(p_flag + pid_t, mask=live, other=0)
+        n = tl.load(p_count + pid_t, mask=pid_t < N_TILES, other=0)
         while pid_t < N_TILES:
             nxt = pid_t + n_prog
             n_next = tl.load(p_count + nxt, mask=nxt < N_TILES, other=0)
-            bad_next = tl.load(p_flag + nxt, mask=nxt < N_TILES, other=0)
-            if (n > MIN_BLOCKS) & (bad == 0):
+            if n > MIN_BLOCKS:
                 _combine_tile(
                     PART_O, PART_L, O, LSE, pid_t, i_bh, T, Hq, G, S, D, BLOCK_T, BLOCK_G
                 )  # fmt: skip
             n = n_next
-            bad = bad_next
             pid_t = nxt
 
 
@@ -497,8 +490,7 @@ def block_lists(
 
 
 def block_major_forward(
-    q, k, v, block_idx, counts, hist, min_blocks, o, lse, flags, dims, block_t, qk_scale, tuning,
-    after_partials=None,
+    q, k, v, block_idx, counts, hist, min_blocks, o, lse, flags, dims, block_t, qk_scale, tuning
 ):  # fmt: skip
     """Write o and lse of the block-handled tiles (called by `selection_forward_triton`).
 
@@ -512,9 +504,6 @@ def block_major_forward(
             non-finite (a hidden key's value may have reached it).
         block_t: tokens per tile (the forward's); qk_scale: softmax scale * log2(e).
         tuning: the forward's `NsaTuning`; its block_major settings apply.
-        after_partials: called (no arguments) between the partial and the combine
-            launches, when the flags are final: the forward launches its fix-up there.
-    The combine leaves flagged tiles alone.
     """
     t = tuning.block_major
     BH = dims.B * dims.Hkv
@@ -549,11 +538,9 @@ def block_major_forward(
     n_comb = n_tiles
     if t.combine_waves is not None:
         n_comb = min(n_tiles, triton.cdiv(t.combine_waves * _multiprocessors(q.device), BH))
-    if after_partials is not None:
-        after_partials()
     walk = triton.next_power_of_2(triton.cdiv(n_tiles, n_comb))
     _combine_kernel[(n_comb, BH)](
-        counts, flags, part_o, part_l, o, lse, dims.T, dims.Hq, dims.G, min_blocks, n_tiles,
+        counts, part_o, part_l, o, lse, dims.T, dims.Hq, dims.G, min_blocks, n_tiles,
         S=dims.S, D=dims.D, BLOCK_T=block_t, BLOCK_G=block_g,
         WALK=walk if walk <= t.combine_precheck_tiles else 0,
         num_warps=t.combine_warps,

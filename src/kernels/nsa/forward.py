@@ -48,10 +48,9 @@ can only make a row's sum non-finite. So both paths run their plain products and
 (FLAG, one int32 per tile) the tiles where a hidden value may have reached a row: the
 token-tile kernel a tile with a real row that ends non-finite, the block-major phase a tile
 with a row whose partial over its causal block does (`block_major`: the only partials that
-hide keys). A fix-up kernel, launched once every flag is set, redoes the flagged tiles on
-the token-tile path with each row's p @ v over its visible keys (`_visible_pv`: non-finite
-values enter the dot as 0, and a row that sees one gets NaN); with the block-major phase it
-runs beside the combine, which leaves flagged tiles alone. Clean inputs pay one check
+hide keys). A fix-up kernel, launched after both, redoes the flagged tiles on the
+token-tile path with each row's p @ v over its visible keys (`_visible_pv`: non-finite
+values enter the dot as 0, and a row that sees one gets NaN). Clean inputs pay one check
 per token tile and per causal chunk, and the fix-up kernel's flag loads; the SAFE code
 sits in a kernel of its own, so it costs the fast kernels no registers. A non-finite key or value that a row sees makes the row non-finite
 (NaN when it is a NaN).
@@ -343,38 +342,21 @@ def selection_forward_triton(
             SKIP_BLOCK_TILES=hist is not None,
             num_warps=ft.num_warps, num_stages=forward_stages(block_t, tuning),
         )  # fmt: skip
-
-    def fix_up():
-        launch(
-            _sel_fwd_fix_kernel, (triton.cdiv(grid[0], ft.fix_tiles), grid[1]),
-            q, k, v, block_idx, lists, counts, o, lse, flags,
-            dims.T, dims.NB, dims.Hq, dims.G, qk_scale, grid[0],
-            S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
-            BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(),
-            FIX=ft.fix_tiles, num_warps=ft.num_warps, num_stages=1,
-        )  # fmt: skip
-
-    def fix_up_beside_combine():
-        # The flags are final once the partials are written (the tile kernel's, on `side`,
-        # before this in stream order): the fix-up runs on `side` while the combine, which
-        # leaves flagged tiles alone, runs on `main`, so it adds no step after the combine.
-        if side is None:
-            fix_up()
-            return
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            fix_up()
-
     if hist is not None:
         block_major.block_major_forward(
             q, k, v, block_idx, counts, hist, min_blocks, o, lse, flags, dims, block_t, qk_scale,
-            tuning, after_partials=fix_up_beside_combine,
+            tuning,
         )  # fmt: skip
-    else:
-        fix_up()
     if side is not None:
         # Join: everything after the call on `main` (and the caching allocator's reuse of
-        # this call's temporaries, which were allocated on `main`) waits for the tile kernel
-        # and the fix-up.
+        # this call's temporaries, which were allocated on `main`) waits for the tile kernel.
         main.wait_stream(side)
+    launch(
+        _sel_fwd_fix_kernel, (triton.cdiv(grid[0], ft.fix_tiles), grid[1]),
+        q, k, v, block_idx, lists, counts, o, lse, flags,
+        dims.T, dims.NB, dims.Hq, dims.G, qk_scale, grid[0],
+        S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
+        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(), FIX=ft.fix_tiles,
+        num_warps=ft.num_warps, num_stages=1,
+    )  # fmt: skip
     return (o, lse) if return_lse else o
