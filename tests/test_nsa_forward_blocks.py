@@ -155,7 +155,7 @@ def test_block_lists_are_the_inverse_of_block_idx(chunk, windows, key64):
     block-handled tiles, as flat slot indices t * S + s, with their block and whether the
     token lies inside it, then -1 up to a multiple of `chunk` places; a slot repeating an
     earlier slot's block in its row has a place among the entries that holds -2 - slot (no
-    partial: the block counts once); the histogram is consumed to zero; the partials' lse
+    partial: the block counts once); the histogram is consumed back to -1; the partials' lse
     is -inf at exactly the dropped slots of block-handled tiles (every head of a padded
     group of 3; the repeats' are the partial kernel's) and untouched elsewhere. key64: the
     fill kernel's 64-bit (block, slot) sort keys (for NB * slots per tile past 32 bits),
@@ -170,13 +170,13 @@ def test_block_lists_are_the_inverse_of_block_idx(chunk, windows, key64):
     thr = (counts.min().item() + counts.max().item()) // 2
     handled = counts > thr
     assert handled.any() and (~handled).any()
-    hist = torch.zeros(4, windows * NB, dtype=torch.int32)
+    hist = torch.full((4, windows * NB), -1, dtype=torch.int32)  # as list_scratch fills it
     assert torch.equal(tiles.tile_block_lists(idx, bs, block_t, hist, thr)[1], counts)
     part_l = torch.full((4, T, S, 3), float("nan"))
     row_ptr, col, code = block_major.block_lists(
         idx, counts, hist, thr, bs, block_t, chunk, part_l, t
     )  # fmt: skip
-    assert not hist.any()
+    assert (hist == -1).all()
     flat = idx.view(4, T, S)
     t = torch.arange(T)[None, :, None]
     earlier = torch.ones(S, S, dtype=torch.bool).tril(-1)  # [s, s']: s' < s
@@ -241,9 +241,9 @@ def test_block_path_is_deterministic(monkeypatch):
     real = block_major.block_lists
     gen = torch.Generator().manual_seed(0)
 
-    def shuffled(*args):
+    def shuffled(*args, **kwargs):
         """Each block's places permuted, padding included: a chunk may start with it."""
-        row_ptr, col, code = real(*args)
+        row_ptr, col, code = real(*args, **kwargs)
         chunk = args[6]
         for bh in range(row_ptr.shape[0]):
             for i_l in range(row_ptr.shape[1] - 1):

@@ -89,7 +89,8 @@ from .tuning import resolve
 
 @triton.jit
 def _prefix_kernel(HIST, ROW_PTR, NL, CHUNK: tl.constexpr, PB: tl.constexpr):
-    """ROW_PTR[bh, l] = CHUNK * sum of cdiv(HIST[bh, :l], CHUNK) for l = 0 .. NL."""
+    """ROW_PTR[bh, l] = CHUNK * sum of cdiv(1 + HIST[bh, :l], CHUNK) for l = 0 .. NL (HIST
+    counts from -1, see `list_scratch`)."""
     i_bh = tl.program_id(0)
     p_hist = HIST + i_bh.to(tl.int64) * NL
     p_row = ROW_PTR + i_bh.to(tl.int64) * (NL + 1)
@@ -97,7 +98,7 @@ def _prefix_kernel(HIST, ROW_PTR, NL, CHUNK: tl.constexpr, PB: tl.constexpr):
     i0 = 0
     while i0 <= NL:  # a `while`: the interpreter cannot take `range` over an argument
         i_l = i0 + tl.arange(0, PB)
-        b_len = tl.cdiv(tl.load(p_hist + i_l, mask=i_l < NL, other=0), CHUNK) * CHUNK
+        b_len = tl.cdiv(tl.load(p_hist + i_l, mask=i_l < NL, other=-1) + 1, CHUNK) * CHUNK
         tl.store(p_row + i_l, carry + tl.cumsum(b_len, 0) - b_len, mask=i_l <= NL)
         carry += tl.sum(b_len, 0)
         i0 += PB
@@ -145,12 +146,12 @@ def _fill_kernel(
         last = (i_e == L_PAD - 1) | (b_j != tl.gather(b_j, tl.minimum(i_e + 1, L_PAD - 1), 0))
         start, end = _run_bounds(first, last, i_e, L_PAD)
         valid = b_j < NB
-        # HIST[bh, w, j] counts the list's unclaimed entries down: the run's last lane takes
-        # the run's length off it and the run fills the places [top - length, top).
+        # 1 + HIST[bh, w, j] counts the list's unclaimed entries down: the run's last lane
+        # takes the run's length off it and the run fills the places [top - length, top).
         i_list = (pid_t // TPW) * NB + b_j
         p_hist = HIST + i_bh.to(tl.int64) * NW * NB + i_list
         b_top = tl.atomic_add(p_hist, start - i_e - 1, mask=last & valid, sem="relaxed")
-        b_top = tl.gather(b_top, end, 0)
+        b_top = tl.gather(b_top, end, 0) + 1
         b_ptr = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NW * NB + 1) + i_list, mask=valid, other=0)
         place = b_ptr + b_top - (end - i_e) - 1
         # A repeat keeps its place (the tile-list kernel's HIST counted it) and writes
@@ -437,8 +438,33 @@ def list_windows(T, block_t, tuning=None):
     return triton.cdiv(n_tiles, max(1, window // block_t))
 
 
+def chunk_entries(G, element_size, tuning=None):
+    """List entries per chunk: `chunk_rows` rows over the padded group for 16-bit inputs;
+    fp32 (IEEE dots without tensor cores) takes half."""
+    block_g = triton.next_power_of_2(G)
+    return max(1, resolve(tuning).block_major.chunk_rows * 2 // element_size // block_g)
+
+
+def list_scratch(dims, block_t, element_size, device, tuning=None):
+    """hist, col and code of one forward call for its checked `dims`: views of one int32
+    buffer filled with -1, so that the three cost one fill. -1 is padding in col and "no
+    block yet" in code, and hist counts from -1 (the tile-list kernel adds each list's
+    entries to it, the fill kernel counts them down again). Shapes: [BH, NL],
+    [BH, T * S + NL * chunk] and [BH, cdiv(T * S + NL * chunk, chunk)] for BH = B * Hkv,
+    NL = windows * NB lists and chunk = `chunk_entries`."""
+    BH = dims.B * dims.Hkv
+    NL = list_windows(dims.T, block_t, tuning) * dims.NB
+    chunk = chunk_entries(dims.G, element_size, tuning)
+    L = dims.T * dims.S + NL * chunk
+    NC = triton.cdiv(L, chunk)
+    buf = torch.full((BH * (NL + L + NC),), -1, dtype=torch.int32, device=device)
+    hist, col, code = buf.split([BH * NL, BH * L, BH * NC])
+    return hist.view(BH, NL), col.view(BH, L), code.view(BH, NC)
+
+
 def block_lists(
-    block_idx, counts, hist, min_blocks, block_size, block_t, chunk, part_l, tuning=None
+    block_idx, counts, hist, min_blocks, block_size, block_t, chunk, part_l, tuning=None,
+    col=None, code=None,
 ):  # fmt: skip
     """Per (b, kv head, window, key block), the kept slots of the window's block-handled
     tiles that chose the block.
@@ -447,14 +473,16 @@ def block_lists(
         block_idx: [B, Hkv, T, S] int32/int64, contiguous.
         counts: int32 [B * Hkv, n_tiles] distinct kept blocks per tile of block_t tokens
             (`tiles.tile_block_lists`); tiles with counts > min_blocks are block-handled.
-        hist: int32 [B * Hkv, NW * NB] from `tile_block_lists(..., hist, min_blocks)`:
-            entries per (window, block), NW windows of `tiles.window_tiles(n_tiles, NW)`
-            tiles. Consumed: counted down to zero.
+        hist: int32 [B * Hkv, NW * NB] from `tile_block_lists(..., hist, min_blocks)` on
+            a hist filled with -1: entries per (window, block) less one, NW windows of
+            `tiles.window_tiles(n_tiles, NW)` tiles. Consumed: counted down to -1.
         block_size, block_t: keys per block, tokens per tile; chunk: entries per chunk.
         part_l: fp32 [B * Hkv, T, S, G], the partials' lse: its dropped slots of
             block-handled tiles are set to -inf here (the kept ones and the repeats, placed
             as -2 - slot in col, are the partial kernel's).
         tuning: an `NsaTuning` (None: the default); its block_major settings apply.
+        col, code: buffers for the results, filled with -1 (`list_scratch`); None:
+            allocated here.
     Returns:
         row_ptr: int32 [B * Hkv, NL + 1] (NL = NW * NB lists, list w * NB + j for block j
             in window w), multiples of chunk; list l's places of row bh are
@@ -466,7 +494,7 @@ def block_lists(
         code: int32 [B * Hkv, cdiv(L, chunk)] per chunk of places (col[bh, c * chunk :
             (c + 1) * chunk]): 2 * block + 1 when one of its entries' tokens lies inside
             its block (the causal mask matters), else 2 * block; -1 past the lists.
-    Two fills and two kernel launches, no host sync.
+    Two kernel launches (and the fills of col and code when not given), no host sync.
     """
     t = resolve(tuning).block_major
     B, Hkv, T, S = block_idx.shape
@@ -475,8 +503,10 @@ def block_lists(
     NW = NL // NB
     L = T * S + NL * chunk
     row_ptr = torch.empty(BH, NL + 1, dtype=torch.int32, device=dev)
-    col = torch.full((BH, L), -1, dtype=torch.int32, device=dev)  # -1: padding
-    code = torch.full((BH, triton.cdiv(L, chunk)), -1, dtype=torch.int32, device=dev)
+    if col is None:
+        col = torch.full((BH, L), -1, dtype=torch.int32, device=dev)  # -1: padding
+    if code is None:
+        code = torch.full((BH, triton.cdiv(L, chunk)), -1, dtype=torch.int32, device=dev)
     _prefix_kernel[(BH,)](hist, row_ptr, NL, CHUNK=chunk, PB=t.prefix_block, num_warps=4)
     G = part_l.shape[3]
     _fill_kernel[(counts.shape[1], BH)](
@@ -490,13 +520,15 @@ def block_lists(
 
 
 def block_major_forward(
-    q, k, v, block_idx, counts, hist, min_blocks, o, lse, flags, dims, block_t, qk_scale, tuning
+    q, k, v, block_idx, counts, hist, col, code, min_blocks, o, lse, flags, dims, block_t,
+    qk_scale, tuning,
 ):  # fmt: skip
     """Write o and lse of the block-handled tiles (called by `selection_forward_triton`).
 
     Args:
         q, k, v, block_idx: the forward's checked inputs; dims their `_checks.Dims`.
-        counts, hist, min_blocks: as for `block_lists`.
+        counts, hist, min_blocks, col, code: as for `block_lists` (hist, col and code from
+            `list_scratch`).
         o: [B, Hq, T, D], lse: fp32 [B, Hq, T], the forward's outputs: rows of block-handled
             tiles are written here, the others left alone.
         flags: int32 [B * Hkv, n_tiles], zero-filled: set to 1 for each block-handled tile
@@ -509,13 +541,12 @@ def block_major_forward(
     BH = dims.B * dims.Hkv
     block_g = triton.next_power_of_2(dims.G)
     prec = "ieee" if q.dtype == torch.float32 else "tf32"
-    # Entries per chunk (rows / padded group) for 16-bit inputs; fp32 (IEEE dots without
-    # tensor cores) takes half.
-    chunk = max(1, t.chunk_rows * 2 // q.element_size() // block_g)
+    chunk = chunk_entries(dims.G, q.element_size(), tuning)
     part_o = _checks.new_empty((BH, dims.T, dims.S, dims.G, dims.D), q.dtype, q.device)
     part_l = _checks.new_empty((BH, dims.T, dims.S, dims.G), torch.float32, q.device)
     row_ptr, col, code = block_lists(
-        block_idx, counts, hist, min_blocks, dims.block_size, block_t, chunk, part_l, tuning
+        block_idx, counts, hist, min_blocks, dims.block_size, block_t, chunk, part_l, tuning,
+        col=col, code=code,
     )  # fmt: skip
     n_lists = row_ptr.shape[1] - 1
     n_chunks = triton.cdiv(dims.T * dims.S, chunk) + n_lists  # the most any row can have

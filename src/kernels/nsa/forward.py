@@ -322,8 +322,9 @@ def selection_forward_triton(
 
     hist = None
     if min_blocks is not None:
-        n_lists = block_major.list_windows(dims.T, block_t, tuning) * dims.NB
-        hist = torch.zeros(dims.B * dims.Hkv, n_lists, dtype=torch.int32, device=q.device)
+        hist, col, code = block_major.list_scratch(
+            dims, block_t, q.element_size(), q.device, tuning
+        )  # fmt: skip
     grid = (triton.cdiv(dims.T, block_t), dims.B * dims.Hkv)
     flags = torch.empty(grid[1], grid[0], dtype=torch.int32, device=q.device)
     lists, counts = tile_block_lists(
@@ -344,8 +345,8 @@ def selection_forward_triton(
         )  # fmt: skip
     if hist is not None:
         block_major.block_major_forward(
-            q, k, v, block_idx, counts, hist, min_blocks, o, lse, flags, dims, block_t, qk_scale,
-            tuning,
+            q, k, v, block_idx, counts, hist, col, code, min_blocks, o, lse, flags, dims,
+            block_t, qk_scale, tuning,
         )  # fmt: skip
     if side is not None:
         # Join: everything after the call on `main` (and the caching allocator's reuse of

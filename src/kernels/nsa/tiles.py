@@ -134,10 +134,11 @@ def tile_block_lists(
         block_idx: [B, Hkv, T, S] int32/int64, contiguous.
         block_size: keys per block.
         block_t: tokens per tile.
-        hist: optional int32 [B * Hkv, NW * NB], zero-filled: for every tile with more
-            than `min_blocks` distinct blocks (block-handled), hist[bh, w * NB + j] is
-            increased by the number of its slots that kept block j (a row that lists j
-            twice adds 2), w = the tile's window (`window_tiles`).
+        hist: optional int32 [B * Hkv, NW * NB]: for every tile with more than
+            `min_blocks` distinct blocks (block-handled), hist[bh, w * NB + j] is increased
+            by the number of its slots that kept block j (a row that lists j twice adds 2),
+            w = the tile's window (`window_tiles`). The forward fills it with -1
+            (`block_major.list_scratch`).
         min_blocks: see hist.
         flags: optional int32 [B * Hkv, n_tiles], zero-filled here.
         tuning: an `NsaTuning` (None: the default); its forward.tile_list_warps apply.
