@@ -50,9 +50,13 @@ candidates() {
 }
 
 # pip already has a source configured (index, extra index or find-links, from a config file
-# or the environment): use it as it is.
+# or the environment): use it as it is. The listing is read whole before it is searched: a
+# `grep -q` in a pipe stops reading at its first match, and under pipefail the listing's
+# broken pipe would read as "not configured".
 pip_configured() {
-    "$VPY" -m pip config list 2>/dev/null | grep -Eq '(^|\.)(index-url|extra-index-url|find-links)='
+    local config
+    config=$("$VPY" -m pip config list 2>/dev/null) || return 1
+    grep -Eq '(^|\.)(index-url|extra-index-url|find-links)=' <<<"$config"
 }
 
 if gpu_host; then

@@ -167,7 +167,14 @@ def _stub_venv(repo: Path, pip_config: str) -> Path:
     stub.parent.mkdir(parents=True)
     stub.write_text(
         "#!/usr/bin/env bash\n"
-        'if [ "$1 $2 $3" = "-m pip config" ]; then printf %s "$FAKE_PIP_CONFIG"; exit 0; fi\n'
+        # pip writes its listing line by line: FAKE_PIP_CONFIG_MORE comes after a pause, as
+        # the rest of a listing does after a reader that stopped early.
+        'if [ "$1 $2 $3" = "-m pip config" ]; then printf %s "$FAKE_PIP_CONFIG"\n'
+        '  if [ -n "${FAKE_PIP_CONFIG_MORE:-}" ]; then\n'
+        '    sleep 0.5; printf %s "$FAKE_PIP_CONFIG_MORE"\n'
+        "  fi\n"
+        "  exit 0\n"
+        "fi\n"
         'if [ "$1 $2 $3" = "-m pip install" ]; then echo "${@:4}" >>' + str(log) + "; exit 0; fi\n"
         "exit 1\n"
     )
@@ -191,3 +198,19 @@ def test_cpu_host_gets_the_cpu_build(repo, config, from_cpu_index):
     torch_call = next(c for c in calls if "torch==2.13.0" in c)
     assert ("--index-url https://download.pytorch.org/whl/cpu" in torch_call) == from_cpu_index
     assert any("triton==3.6.0" in c for c in calls)
+
+
+def test_a_source_listed_before_more_lines_is_seen(repo):
+    """pip lists the environment's settings first and writes line by line: the check must
+    read the whole listing (a `grep -q` in a pipe stops at its first match, the rest of the
+    listing then meets a broken pipe, and under pipefail that read as "no source")."""
+    log = _stub_venv(repo, "")
+    env = {
+        "ATTNBENCH_GPU_HOST": "0",
+        "FAKE_PIP_CONFIG": ":env:.find-links='/opt/wheels'\n",
+        "FAKE_PIP_CONFIG_MORE": "global.timeout='60'\n",
+    }
+    res = _run(repo, env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    torch_call = next(c for c in log.read_text().splitlines() if "torch==2.13.0" in c)
+    assert "--index-url" not in torch_call, torch_call
