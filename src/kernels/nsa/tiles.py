@@ -169,10 +169,12 @@ def tile_block_lists(
 @triton.jit
 def _flag_nonfinite(FLAG, o_tile, b_x, rows):
     """FLAG[o_tile] = 1 when a row of b_x ([R, C] fp32) where `rows` ([R] bool) holds has an
-    inf or NaN. Tested on each row's sum (a reduction inside the row's threads, no barrier
-    across the tile): non-finite when an element is, and also, harmlessly, when finite
-    elements overflow fp32 (the tile is then redone, with the same result). Each flagged row
-    stores the same 1 under its own mask; clean inputs store nothing."""
+    inf or NaN; o_tile is one tile for all rows (a scalar) or each row's own ([R], as the
+    block-major partials give it). Tested on each row's sum (a reduction inside the row's
+    threads, no barrier across the tile): non-finite when an element is, and also,
+    harmlessly, when finite elements overflow fp32 (the tile is then redone, with the same
+    result). Each flagged row stores 1 at its tile under its own mask; clean inputs store
+    nothing."""
     b_row = tl.sum(b_x, axis=1)
     bad = ~(tl.abs(b_row) < float("inf")) & rows
     tl.store(FLAG + o_tile + tl.zeros(b_row.shape, tl.int32), tl.full(b_row.shape, 1, tl.int32),
