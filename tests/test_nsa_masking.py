@@ -49,7 +49,8 @@ CASES = {
     "G16-odd": (1, 16, 1, 40, 32, 16, 3, "odd", [39, 18], [37, 5]),
 }
 
-# (schedule, tile_rows): "auto" sets a threshold that sends tiles both ways.
+# (schedule, tile_rows): "auto" sets a threshold that sends tiles both ways, and cuts the
+# fix-up kernel's flag reads into many short programs.
 PATHS = {
     "tile": ("tile", 64),
     "tile-1tok": ("tile", 16),
@@ -76,7 +77,8 @@ def use_path(name, idx, bs, S, G):
         return schedule(sched, tile_rows=rows)
     counts = tile_counts(idx, bs, G, rows=rows)
     thr = (counts.min().item() + counts.max().item()) // 2
-    t = schedule("auto", ratio=(thr + 0.5) / S, tile_rows=rows)
+    # fix-up programs of 8 tiles, one short
+    t = schedule("auto", ratio=(thr + 0.5) / S, tile_rows=rows, fix_tiles=8)
     assert forward.block_path_min_blocks(S, G, tuning=t) == thr
     assert (counts > thr).any() and (counts <= thr).any()
     return t

@@ -53,9 +53,9 @@ CUDA graph):
 Masked keys: a partial covers one block its token selected, so the only keys it hides are
 those after the token, in a chunk that takes the causal mask: there p = 0 multiplies their
 values (and copies of key T - 1 past T), and a non-finite value makes the partial
-non-finite. When a row of such a chunk ends non-finite, the chunk's p @ v is redone over
-each row's visible keys (tiles.py's `_visible_pv`) from the p and v at hand. A
-non-finite partial of any other chunk comes from a key its row
+non-finite. Such a chunk sets the forward's FLAG of each tile with a row whose partial
+ended non-finite, and forward.py's fix-up kernel redoes the tile on the token-tile path
+over visible keys only. A non-finite partial of any other chunk comes from a key its row
 sees, and the combined row is non-finite as it should be.
 
 Determinism: a row's partial depends only on its own q row and its block (the tensor-core
@@ -78,14 +78,13 @@ from .. import _runtime
 from . import _checks
 from .tiles import (
     LN2,
-    _any_nonfinite,
+    _flag_nonfinite,
     _kept,
     _run_bounds,
     _tile_rows,
-    _visible_pv,
     window_tiles,
 )
-from .tuning import maxnreg_kwargs, resolve
+from .tuning import resolve
 
 
 @triton.jit
@@ -188,15 +187,16 @@ def _chunk_entries(
 
 @triton.jit
 def _partial_chunk(
-    Q, K, V, PART_O, PART_L, i_slot, b_code, T, G, qk_scale,
+    Q, K, V, PART_O, PART_L, FLAG, i_slot, b_code, T, G, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
-    BLOCK_G: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_T: tl.constexpr, PREC: tl.constexpr,
     SCALE_POS: tl.constexpr, OFF64: tl.constexpr, EVEN_G: tl.constexpr, FAST: tl.constexpr,
     EVICT: tl.constexpr,
 ):  # fmt: skip
     """Partial softmax of every real row of one chunk over the chunk's block (step 4).
-    Q, K, V, PART_O, PART_L point at the program's (b, kv head): the group's first query
-    head, its K/V head and its partials. i_slot, b_code: from `_chunk_entries`.
+    Q, K, V, PART_O, PART_L, FLAG point at the program's (b, kv head): the group's first
+    query head, its K/V head, its partials and its tiles' non-finite flags (tiles of
+    BLOCK_T tokens). i_slot, b_code: from `_chunk_entries`.
     SCALE_POS: qk_scale > 0, so that the row max can be taken before scaling. OFF64: the
     per-row offsets need 64 bits (T * S * BLOCK_G * D past `partial_off32_max`). EVEN_G:
     G == BLOCK_G."""
@@ -261,12 +261,9 @@ def _partial_chunk(
         b_lg = tl.log2(b_l)
     b_o = tl.dot(b_p.to(b_v.dtype), b_v, input_precision=PREC) * b_rl[:, None]
     if b_code % 2 == 1:
-        # The only chunks that hide keys from a row (see the module doc): when a row ended
-        # non-finite, a hidden key's value may have reached it, so the chunk's products are
-        # redone over each row's visible keys (no load: p and v are at hand).
-        if _any_nonfinite(b_o, ok):
-            vis = i_k[None, :] <= i_t[:, None]
-            b_o = _visible_pv(b_p.to(b_v.dtype), b_v, vis, PREC) * b_rl[:, None]
+        # The only chunks that hide keys from a row (see the module doc): flag the tiles
+        # whose rows may have taken a hidden non-finite value, for the fix-up kernel.
+        _flag_nonfinite(FLAG, i_t // BLOCK_T, b_o, ok)
     if OFF64:
         o_part = i_slot.to(tl.int64) * G + i_g
     else:
@@ -278,10 +275,10 @@ def _partial_chunk(
 
 @triton.jit
 def _partial_step(
-    Q, K, V, COL, CODE, PART_O, PART_L, c, n_prog, i_slot, b_code, o_list, o_code,
+    Q, K, V, COL, CODE, PART_O, PART_L, FLAG, c, n_prog, i_slot, b_code, o_list, o_code,
     n_chunks, T, G, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
-    BLOCK_G: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_T: tl.constexpr, PREC: tl.constexpr,
     SCALE_POS: tl.constexpr, OFF64: tl.constexpr, EVEN_G: tl.constexpr, FAST: tl.constexpr,
     EVICT: tl.constexpr,
 ):  # fmt: skip
@@ -293,17 +290,17 @@ def _partial_step(
         COL, CODE, c + n_prog, o_list, o_code, n_chunks, CHUNK, BLOCK_G
     )
     _partial_chunk(
-        Q, K, V, PART_O, PART_L, i_slot, b_code, T, G, qk_scale, S, D, BS, CHUNK,
-        BLOCK_G, PREC, SCALE_POS, OFF64, EVEN_G, FAST, EVICT,
+        Q, K, V, PART_O, PART_L, FLAG, i_slot, b_code, T, G, qk_scale, S, D, BS, CHUNK,
+        BLOCK_G, BLOCK_T, PREC, SCALE_POS, OFF64, EVEN_G, FAST, EVICT,
     )  # fmt: skip
     return i_next, code_next
 
 
 @triton.jit
 def _partial_kernel(
-    Q, K, V, ROW_PTR, COL, CODE, PART_O, PART_L, T, NL, Hq, G, L, NC, qk_scale,
+    Q, K, V, ROW_PTR, COL, CODE, PART_O, PART_L, FLAG, T, NL, Hq, G, L, NC, N_TILES, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
-    BLOCK_G: tl.constexpr, PREC: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_T: tl.constexpr, PREC: tl.constexpr,
     SCALE_POS: tl.constexpr, STAGES: tl.constexpr, PIPELINED: tl.constexpr,
     OFF64: tl.constexpr, EVEN_G: tl.constexpr, FAST: tl.constexpr, EVICT: tl.constexpr,
 ):  # fmt: skip
@@ -323,6 +320,7 @@ def _partial_kernel(
     V += i_bh.to(tl.int64) * T * D
     PART_O += i_bh.to(tl.int64) * T * S * G * D
     PART_L += i_bh.to(tl.int64) * T * S * G
+    FLAG += i_bh.to(tl.int64) * N_TILES
     o_list = i_bh.to(tl.int64) * L
     o_code = i_bh.to(tl.int64) * NC
     n_chunks = tl.load(ROW_PTR + i_bh.to(tl.int64) * (NL + 1) + NL) // CHUNK
@@ -330,16 +328,16 @@ def _partial_kernel(
     if PIPELINED:
         for c in tl.range(pid, n_chunks, n_prog, num_stages=STAGES):
             i_slot, b_code = _partial_step(
-                Q, K, V, COL, CODE, PART_O, PART_L, c, n_prog, i_slot, b_code, o_list,
-                o_code, n_chunks, T, G, qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC,
+                Q, K, V, COL, CODE, PART_O, PART_L, FLAG, c, n_prog, i_slot, b_code, o_list,
+                o_code, n_chunks, T, G, qk_scale, S, D, BS, CHUNK, BLOCK_G, BLOCK_T, PREC,
                 SCALE_POS, OFF64, EVEN_G, FAST, EVICT,
             )  # fmt: skip
     else:
         c = pid
         while c < n_chunks:
             i_slot, b_code = _partial_step(
-                Q, K, V, COL, CODE, PART_O, PART_L, c, n_prog, i_slot, b_code, o_list,
-                o_code, n_chunks, T, G, qk_scale, S, D, BS, CHUNK, BLOCK_G, PREC,
+                Q, K, V, COL, CODE, PART_O, PART_L, FLAG, c, n_prog, i_slot, b_code, o_list,
+                o_code, n_chunks, T, G, qk_scale, S, D, BS, CHUNK, BLOCK_G, BLOCK_T, PREC,
                 SCALE_POS, OFF64, EVEN_G, FAST, EVICT,
             )  # fmt: skip
             c += n_prog
@@ -522,7 +520,7 @@ def block_lists(
 
 
 def block_major_forward(
-    q, k, v, block_idx, counts, hist, col, code, min_blocks, o, lse, dims, block_t,
+    q, k, v, block_idx, counts, hist, col, code, min_blocks, o, lse, flags, dims, block_t,
     qk_scale, tuning,
 ):  # fmt: skip
     """Write o and lse of the block-handled tiles (called by `selection_forward_triton`).
@@ -556,9 +554,9 @@ def block_major_forward(
         n_chunks = min(n_chunks, triton.cdiv(t.partial_waves * _multiprocessors(q.device), BH))
     interpreted = _runtime.interpreter_active()
     _partial_kernel[(n_chunks, BH)](
-        q, k, v, row_ptr, col, code, part_o, part_l, dims.T, n_lists, dims.Hq, dims.G,
-        col.shape[1], code.shape[1], qk_scale, S=dims.S, D=dims.D,
-        BS=dims.block_size, CHUNK=chunk, BLOCK_G=block_g, PREC=prec,
+        q, k, v, row_ptr, col, code, part_o, part_l, flags, dims.T, n_lists, dims.Hq, dims.G,
+        col.shape[1], code.shape[1], counts.shape[1], qk_scale, S=dims.S, D=dims.D,
+        BS=dims.block_size, CHUNK=chunk, BLOCK_G=block_g, BLOCK_T=block_t, PREC=prec,
         SCALE_POS=qk_scale > 0,
         STAGES=t.partial_stages,
         PIPELINED=not interpreted,
@@ -566,7 +564,6 @@ def block_major_forward(
         FAST=t.partial_fast_math and not interpreted,
         EVICT=t.partial_store_evict,
         num_warps=t.partial_warps,
-        **maxnreg_kwargs(t.partial_max_registers),
     )  # fmt: skip
     n_tiles = counts.shape[1]
     n_comb = n_tiles

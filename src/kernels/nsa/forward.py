@@ -44,15 +44,16 @@ Masked keys take no part in a row's result, whatever their values. Masking the s
 -inf covers k; but p @ v sums p * v over all keys of the block, and a key hidden from a row
 has p = 0 there, with 0 * NaN = NaN. Such keys (in a block that some of the tile's tokens
 did not select, or after a row's token in a block of the causal diagonal, on either path)
-can only make a row's sum non-finite. So both paths run their plain products, check
-whether a row ended non-finite, and only then redo the products over each row's visible
-keys (`_visible_pv`: non-finite values enter the dot as 0, and a row that sees one gets
-NaN), in the same program: the token-tile kernel redoes its whole tile, the block-major
-partial kernel the chunk of its causal block (`block_major`: the only partials that hide
-keys). Clean inputs pay one check per token tile and per causal chunk; the redo branches
-are never taken then, and a register cap (`max_registers`, `partial_max_registers`) keeps
-them from costing the plain loops their occupancy. A non-finite key or value that a row
-sees makes the row non-finite (NaN when it is a NaN).
+can only make a row's sum non-finite. So both paths run their plain products and flag
+(FLAG, one int32 per tile) the tiles where a hidden value may have reached a row: the
+token-tile kernel a tile with a real row that ends non-finite, the block-major phase a tile
+with a row whose partial over its causal block does (`block_major`: the only partials that
+hide keys). A fix-up kernel, launched after both, redoes the flagged tiles on the
+token-tile path with each row's p @ v over its visible keys (`_visible_pv`: non-finite
+values enter the dot as 0, and a row that sees one gets NaN). Clean inputs pay one check
+per token tile and per causal chunk, and the fix-up kernel's flag loads; the SAFE code
+sits in a kernel of its own, so it costs the fast kernels no registers. A non-finite key or value that a row sees makes the row non-finite
+(NaN when it is a NaN).
 """
 
 import contextlib
@@ -65,16 +66,15 @@ from . import _checks, block_major
 from .tiles import (
     LN2,
     LOG2E,
-    _any_nonfinite,
+    _flag_nonfinite,
     _tile_rows,
     _tile_slots,
-    _visible_pv,
     launch,
     tile_block_lists,
     tile_config,
     use_for_loop,
 )
-from .tuning import maxnreg_kwargs, resolve
+from .tuning import resolve
 
 _SIDE_STREAMS = {}  # the second stream of `side_stream`, per CUDA device
 
@@ -85,6 +85,21 @@ def forward_stages(block_t, tuning=None):
     if num_stages is not None:
         return num_stages
     return 1 if block_t > 1 else 3
+
+
+@triton.jit
+def _visible_pv(b_p, b_v, vis, PREC: tl.constexpr):
+    """p @ v ([R, K] x [K, D]) with each row's sum over its visible keys (vis [R, K]) only.
+
+    A dot adds p * v over every key, and a key hidden from a row (p = 0 there) with a
+    non-finite value would make the row NaN (0 * NaN, 0 * inf). Here non-finite values
+    enter the dot as 0, and a row that sees a key with one gets NaN in its whole row.
+    """
+    b_fin = tl.abs(b_v.to(tl.float32)) < float("inf")
+    key_bad = tl.min(b_fin.to(tl.int32), axis=1) == 0
+    row_bad = tl.max((vis & key_bad[None, :]).to(tl.int32), axis=1) > 0
+    b_pv = tl.dot(b_p, tl.where(b_fin, b_v, tl.zeros_like(b_v)), input_precision=PREC)
+    return tl.where(row_bad[:, None], float("nan"), b_pv)
 
 
 @triton.jit
@@ -151,25 +166,14 @@ def _tile_blocks(
 
 
 @triton.jit
-def _tile_result(b_m, b_l, b_acc):
-    """(o, lse) of a tile's rows from its online-softmax state."""
-    # No visible key: l = 0 (a NaN l, from a visible NaN key, stays NaN in o and lse).
-    no_key = b_l == 0
-    b_o = b_acc / tl.where(no_key, 1.0, b_l)[:, None]
-    b_lse = (b_m + tl.log2(tl.where(no_key, 1.0, b_l))) * LN2
-    return b_o, tl.where(no_key, float("-inf"), b_lse)
-
-
-@triton.jit
 def _sel_fwd_tile(
-    Q, K, V, IDX, LIST, COUNT, O, LSE, pid_t, i_bh, o_tile, T, NB, Hq, G, qk_scale,
+    Q, K, V, IDX, LIST, COUNT, O, LSE, FLAG, pid_t, i_bh, o_tile, T, NB, Hq, G, qk_scale,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
-    FOR_LOOP: tl.constexpr,
+    FOR_LOOP: tl.constexpr, SAFE: tl.constexpr,
 ):  # fmt: skip
-    """o and lse of one token tile. The plain products first; when a real row ended
-    non-finite (a hidden key's value may have reached it), the tile is redone with each
-    row's p @ v over its visible keys only (`_attend_block`'s SAFE)."""
+    """o and lse of one token tile; unless SAFE, FLAG[o_tile] = 1 when a real row ended
+    non-finite. SAFE: each row's p @ v over its visible keys only (`_attend_block`)."""
     Hkv = Hq // G
     i_b = i_bh // Hkv
     i_h = i_bh % Hkv
@@ -183,29 +187,30 @@ def _sel_fwd_tile(
     b_j = _tile_slots(p_idx, i_t, T, NB, S, BS, S_PAD)
     b_m, b_l, b_acc = _tile_blocks(
         K, V, LIST, COUNT, p_kv, o_tile, b_q, b_j, i_t, row_ok, T, qk_scale,
-        S, D, BS, BLOCK_T, BLOCK_G, PREC, FOR_LOOP, False,
+        S, D, BS, BLOCK_T, BLOCK_G, PREC, FOR_LOOP, SAFE,
     )  # fmt: skip
-    b_o, b_lse = _tile_result(b_m, b_l, b_acc)
-    if _any_nonfinite(b_o, row_ok):
-        b_m, b_l, b_acc = _tile_blocks(
-            K, V, LIST, COUNT, p_kv, o_tile, b_q, b_j, i_t, row_ok, T, qk_scale,
-            S, D, BS, BLOCK_T, BLOCK_G, PREC, FOR_LOOP, True,
-        )  # fmt: skip
-        b_o, b_lse = _tile_result(b_m, b_l, b_acc)
+    # No visible key: l = 0 (a NaN l, from a visible NaN key, stays NaN in o and lse).
+    no_key = b_l == 0
+    b_o = b_acc / tl.where(no_key, 1.0, b_l)[:, None]
+    b_lse = (b_m + tl.log2(tl.where(no_key, 1.0, b_l))) * LN2
+    b_lse = tl.where(no_key, float("-inf"), b_lse)
+    if not SAFE:
+        _flag_nonfinite(FLAG, o_tile, b_o, row_ok)
     tl.store(O + o_row[:, None] + i_d[None, :], b_o.to(O.dtype.element_ty), mask=row_ok[:, None])
     tl.store(LSE + o_row // D, b_lse, mask=row_ok)
 
 
 @triton.jit
 def _sel_fwd_kernel(
-    Q, K, V, IDX, LIST, COUNT, O, LSE,
+    Q, K, V, IDX, LIST, COUNT, O, LSE, FLAG,
     T, NB, Hq, G, qk_scale, MIN_BLOCKS,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
     FOR_LOOP: tl.constexpr, SKIP_BLOCK_TILES: tl.constexpr,
 ):  # fmt: skip
     """One token tile (see the module doc). SKIP_BLOCK_TILES: return at once when the tile's
-    distinct block count COUNT exceeds MIN_BLOCKS (the block-major path owns its rows)."""
+    distinct block count COUNT exceeds MIN_BLOCKS (the block-major path owns its rows).
+    FLAG[bh, tile] (zero-filled) is set to 1 when a real row ended non-finite."""
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)  # b * Hkv + kv head
     o_tile = i_bh.to(tl.int64) * tl.num_programs(0) + pid_t
@@ -214,9 +219,37 @@ def _sel_fwd_kernel(
         todo = tl.load(COUNT + o_tile) <= MIN_BLOCKS
     if todo:
         _sel_fwd_tile(
-            Q, K, V, IDX, LIST, COUNT, O, LSE, pid_t, i_bh, o_tile, T, NB, Hq, G,
-            qk_scale, S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, FOR_LOOP,
+            Q, K, V, IDX, LIST, COUNT, O, LSE, FLAG, pid_t, i_bh, o_tile, T, NB, Hq, G,
+            qk_scale, S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, FOR_LOOP, False,
         )  # fmt: skip
+
+
+@triton.jit
+def _sel_fwd_fix_kernel(
+    Q, K, V, IDX, LIST, COUNT, O, LSE, FLAG,
+    T, NB, Hq, G, qk_scale, N_TILES,
+    S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
+    FOR_LOOP: tl.constexpr, FIX: tl.constexpr,
+):  # fmt: skip
+    """Tiles pid * FIX .. pid * FIX + FIX - 1 of one (b, kv head): each flagged one (FLAG,
+    from either path) is redone on the token-tile path with SAFE products. One vector load
+    of the flags when none is set (clean inputs)."""
+    pid = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    p_flag = FLAG + i_bh.to(tl.int64) * N_TILES
+    i_f = pid * FIX + tl.arange(0, FIX)
+    if tl.max(tl.load(p_flag + i_f, mask=i_f < N_TILES, other=0)) > 0:
+        i = 0
+        while i < FIX:
+            pid_t = pid * FIX + i
+            if tl.load(p_flag + pid_t, mask=pid_t < N_TILES, other=0) != 0:
+                _sel_fwd_tile(
+                    Q, K, V, IDX, LIST, COUNT, O, LSE, FLAG, pid_t, i_bh,
+                    i_bh.to(tl.int64) * N_TILES + pid_t, T, NB, Hq, G, qk_scale,
+                    S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, FOR_LOOP, True,
+                )  # fmt: skip
+            i += 1
 
 
 def block_path_bytes(dims, element_size):
@@ -293,8 +326,9 @@ def selection_forward_triton(
             dims, block_t, q.element_size(), q.device, tuning
         )  # fmt: skip
     grid = (triton.cdiv(dims.T, block_t), dims.B * dims.Hkv)
+    flags = torch.empty(grid[1], grid[0], dtype=torch.int32, device=q.device)
     lists, counts = tile_block_lists(
-        block_idx, block_size, block_t, hist, min_blocks or 0, tuning=tuning
+        block_idx, block_size, block_t, hist, min_blocks or 0, flags=flags, tuning=tuning
     )  # fmt: skip
     qk_scale = dims.scale * LOG2E
     main = torch.cuda.current_stream(q.device) if side is not None else None
@@ -302,21 +336,28 @@ def selection_forward_triton(
         side.wait_stream(main)  # the tile lists and counts, written on `main`
     with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
         launch(
-            _sel_fwd_kernel, grid, q, k, v, block_idx, lists, counts, o, lse,
+            _sel_fwd_kernel, grid, q, k, v, block_idx, lists, counts, o, lse, flags,
             dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,
             S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
             BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(),
             SKIP_BLOCK_TILES=hist is not None,
             num_warps=ft.num_warps, num_stages=forward_stages(block_t, tuning),
-            **maxnreg_kwargs(ft.max_registers),
         )  # fmt: skip
     if hist is not None:
         block_major.block_major_forward(
-            q, k, v, block_idx, counts, hist, col, code, min_blocks, o, lse, dims,
+            q, k, v, block_idx, counts, hist, col, code, min_blocks, o, lse, flags, dims,
             block_t, qk_scale, tuning,
         )  # fmt: skip
     if side is not None:
         # Join: everything after the call on `main` (and the caching allocator's reuse of
         # this call's temporaries, which were allocated on `main`) waits for the tile kernel.
         main.wait_stream(side)
+    launch(
+        _sel_fwd_fix_kernel, (triton.cdiv(grid[0], ft.fix_tiles), grid[1]),
+        q, k, v, block_idx, lists, counts, o, lse, flags,
+        dims.T, dims.NB, dims.Hq, dims.G, qk_scale, grid[0],
+        S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
+        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(), FIX=ft.fix_tiles,
+        num_warps=ft.num_warps, num_stages=1,
+    )  # fmt: skip
     return (o, lse) if return_lse else o

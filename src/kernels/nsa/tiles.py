@@ -82,9 +82,9 @@ def _sorted_runs(b_x, i_e, L: tl.constexpr):
 
 @triton.jit
 def _tile_list_kernel(
-    IDX, LIST, COUNT, HIST, T, NB, N_TILES, MIN_BLOCKS, NW, TPW,
+    IDX, LIST, COUNT, HIST, FLAG, T, NB, N_TILES, MIN_BLOCKS, NW, TPW,
     S: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, L_PAD: tl.constexpr,
-    USE_HIST: tl.constexpr,
+    USE_HIST: tl.constexpr, ZERO_FLAG: tl.constexpr,
 ):  # fmt: skip
     """LIST[bh, tile, :count] = sorted distinct kept blocks of the tile's BLOCK_T * S slots;
     COUNT[bh, tile] = count. Entries past count are left unwritten (never read).
@@ -92,7 +92,8 @@ def _tile_list_kernel(
     number of the tile's kept slots that chose block j (a row's repeat of a block is a slot
     too: the fill kernel gives it a place that it leaves empty; one int32 atomic per
     distinct block, not per slot: block 0 of the 'random' pattern is chosen by every
-    token); w = tile // TPW, the tile's window of TPW tiles (HIST is [B * Hkv, NW, NB])."""
+    token); w = tile // TPW, the tile's window of TPW tiles (HIST is [B * Hkv, NW, NB]).
+    ZERO_FLAG: FLAG[bh, tile] = 0 (the forward's non-finite flags, set by later kernels)."""
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_e = tl.arange(0, L_PAD)
@@ -110,6 +111,8 @@ def _tile_list_kernel(
     count = tl.sum(first.to(tl.int32), 0)
     tl.store(LIST + o_tile * BLOCK_T * S + pos, b_j, mask=first)
     tl.store(COUNT + o_tile, count)
+    if ZERO_FLAG:
+        tl.store(FLAG + o_tile, 0)
     if USE_HIST:
         if count > MIN_BLOCKS:
             # A run's last lane adds the run length (its lane - the run's first lane + 1).
@@ -123,7 +126,7 @@ def window_tiles(n_tiles, n_windows):
 
 
 def tile_block_lists(
-    block_idx, block_size, block_t, hist=None, min_blocks=0, tuning=None
+    block_idx, block_size, block_t, hist=None, min_blocks=0, flags=None, tuning=None
 ):  # fmt: skip
     """Per tile of block_t consecutive tokens, the distinct kept blocks its tokens selected.
 
@@ -137,6 +140,7 @@ def tile_block_lists(
             w = the tile's window (`window_tiles`). The forward fills it with -1
             (`block_major.list_scratch`).
         min_blocks: see hist.
+        flags: optional int32 [B * Hkv, n_tiles], zero-filled here.
         tuning: an `NsaTuning` (None: the default); its forward.tile_list_warps apply.
     Returns:
         lists: int32 [B * Hkv, n_tiles, block_t * S]; row [bh, i] holds, ascending, the
@@ -153,38 +157,28 @@ def tile_block_lists(
     l_pad = triton.next_power_of_2(block_t * S)
     _tile_list_kernel[(n_tiles, B * Hkv)](
         block_idx, lists, counts, counts if hist is None else hist,
-        T, NB, n_tiles, min_blocks,
+        counts if flags is None else flags, T, NB, n_tiles, min_blocks,
         NW, window_tiles(n_tiles, NW),
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=l_pad,
-        USE_HIST=hist is not None,
+        USE_HIST=hist is not None, ZERO_FLAG=flags is not None,
         num_warps=resolve(tuning).forward.tile_list_warps,
     )  # fmt: skip
     return lists, counts
 
 
 @triton.jit
-def _any_nonfinite(b_x, rows):
-    """Whether a row of b_x ([R, C] fp32) where `rows` ([R] bool) holds has an inf or NaN.
-    Tested on each row's sum (a reduction inside the row's threads, then one across the
-    tile): non-finite when an element is, and also, harmlessly, when finite elements
-    overflow fp32 (the caller then redoes the rows with the same result)."""
+def _flag_nonfinite(FLAG, o_tile, b_x, rows):
+    """FLAG[o_tile] = 1 when a row of b_x ([R, C] fp32) where `rows` ([R] bool) holds has an
+    inf or NaN; o_tile is one tile for all rows (a scalar) or each row's own ([R], as the
+    block-major partials give it). Tested on each row's sum (a reduction inside the row's
+    threads, no barrier across the tile): non-finite when an element is, and also,
+    harmlessly, when finite elements overflow fp32 (the tile is then redone, with the same
+    result). Each flagged row stores 1 at its tile under its own mask; clean inputs store
+    nothing."""
     b_row = tl.sum(b_x, axis=1)
-    return tl.max((~(tl.abs(b_row) < float("inf")) & rows).to(tl.int32)) > 0
-
-
-@triton.jit
-def _visible_pv(b_p, b_v, vis, PREC: tl.constexpr):
-    """p @ v ([R, K] x [K, D]) with each row's sum over its visible keys (vis [R, K]) only.
-
-    A dot adds p * v over every key, and a key hidden from a row (p = 0 there) with a
-    non-finite value would make the row NaN (0 * NaN, 0 * inf). Here non-finite values
-    enter the dot as 0, and a row that sees a key with one gets NaN in its whole row.
-    """
-    b_fin = tl.abs(b_v.to(tl.float32)) < float("inf")
-    key_bad = tl.min(b_fin.to(tl.int32), axis=1) == 0
-    row_bad = tl.max((vis & key_bad[None, :]).to(tl.int32), axis=1) > 0
-    b_pv = tl.dot(b_p, tl.where(b_fin, b_v, tl.zeros_like(b_v)), input_precision=PREC)
-    return tl.where(row_bad[:, None], float("nan"), b_pv)
+    bad = ~(tl.abs(b_row) < float("inf")) & rows
+    tl.store(FLAG + o_tile + tl.zeros(b_row.shape, tl.int32), tl.full(b_row.shape, 1, tl.int32),
+             mask=bad)  # fmt: skip
 
 
 def launch(kernel, grid, *args, num_stages, **kwargs):

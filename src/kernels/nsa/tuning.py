@@ -40,9 +40,8 @@ class ForwardTuning:
     overlap_tile_kernel: bool = True
     # Warps of the tile-list kernel (forward, dq): one warp sorts by lane shuffles, no barrier
     tile_list_warps: int = 1
-    # Register cap of the tile kernel (ptxas maxnreg; None: none): the redo branch for tiles
-    # that ended non-finite must not take the 4 programs per SM that the plain loop holds
-    max_registers: int | None = 128
+    # Tiles per fix-up program (a power of two): clean inputs cost one vector load a program
+    fix_tiles: int = 128
 
     def __post_init__(self):
         if self.schedule not in SCHEDULES:
@@ -86,9 +85,6 @@ class BlockMajorTuning:
     partial_fast_math: bool = True
     # Eviction policy of the partial-o stores: read once by the combine, L2 left to q
     partial_store_evict: str = "evict_first"
-    # Register cap of the partial kernel (ptxas maxnreg; None: none): 4 programs of 4 warps
-    # fill the 64K registers of an SM at 128, whatever the rare redo branch would take
-    partial_max_registers: int | None = 128
 
 
 @dataclass(frozen=True)
@@ -123,11 +119,6 @@ class NsaTuning:
 
 
 DEFAULT = NsaTuning()
-
-
-def maxnreg_kwargs(cap):
-    """Launch keywords for a register cap: {} for None, {"maxnreg": cap} otherwise."""
-    return {} if cap is None else {"maxnreg": cap}
 
 
 def resolve(tuning):
