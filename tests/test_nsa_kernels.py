@@ -11,7 +11,7 @@ from test_nsa_reference import odd_block_idx, qkv, rel_err, tuned
 
 from kernels.nsa import (
     _checks,
-    backward,
+    inverse,
     invert_block_idx,
     make_block_idx_random,
     make_block_idx_recent,
@@ -137,12 +137,66 @@ def test_tile_block_lists(block_t):
             assert n == len(want) and lists[bh, i, :n].tolist() == sorted(want)
 
 
-def test_split_long_lists_layout():
-    row_ptr = torch.tensor([[0, 5, 5, 6, 20]], dtype=torch.int32)  # counts 5, 0, 1, 14
-    seg_block, seg_start, part_start, n_part = backward.split_long_lists(row_ptr, 4, 20)
-    assert seg_start.tolist() == [[0, 2, 3, 4, 8]]
-    assert seg_block.tolist() == [[0, 0, 1, 2, 3, 3, 3, 3, 4]]
-    assert part_start.tolist() == [[0, 2, 2, 2, 6]] and n_part == 10
+def inverse_want(idx, bs, unique):
+    """The whole inverted index in plain Python: per (b, kv head) and block, the positions
+    that kept it, ascending (with unique=False once per slot naming it), then the dropped
+    slots' positions (and, unique, the repeats'), ascending."""
+    B, Hkv, T, S = idx.shape
+    NB = -(-T // bs)
+    rows = []
+    for b in range(B):
+        for h in range(Hkv):
+            lists, rest = [[] for _ in range(NB)], []
+            for t in range(T):
+                seen = set()
+                for j in idx[b, h, t].tolist():
+                    if 0 <= j < NB and j * bs <= t and not (unique and j in seen):
+                        lists[j].append(t)
+                        seen.add(j)
+                    else:
+                        rest.append(t)
+            rows.append((lists, sorted(rest)))
+    return rows
+
+
+def segments_want(lists, seg_len, n_entries):
+    """seg_block, seg_start, part_start of one row, from the lists' lengths."""
+    n_seg = [max(1, -(-len(x) // seg_len)) for x in lists]
+    seg_start, part_start, seg_block = [0], [0], []
+    for j, n in enumerate(n_seg):
+        seg_start.append(seg_start[-1] + n)
+        part_start.append(part_start[-1] + (n if n > 1 else 0))
+        seg_block += [j] * n
+    n_total = len(lists) + n_entries // seg_len
+    return seg_block + [len(lists)] * (n_total - len(seg_block)), seg_start, part_start
+
+
+@pytest.mark.parametrize("unique", [True, False])
+@pytest.mark.parametrize("slots", [16, 1024])
+def test_inverted_lists_whole_layout(unique, slots):
+    """Every entry of row_ptr, col and the segments (lists split at 4 entries) against plain
+    Python, with repeats, dropped and out-of-range slots, and T not a multiple of the
+    inversion's tiles (16 slots: 5 tokens a tile) or of block_size."""
+    B, Hkv, T, bs, S = 2, 2, 45, 16, 3
+    idx = odd_block_idx(B, Hkv, T, bs, S, seed=21)
+    idx[0, 1, 10:40] = torch.tensor([0, 0, 1], dtype=idx.dtype)  # long list, repeats
+    seg_len = 4
+    t = tuned(invert_tile_slots=slots)
+    row_ptr, col, segs = inverse.inverted_lists(idx, bs, unique, seg_len=seg_len, tuning=t)
+    seg_block, seg_start, part_start, n_part = segs
+    assert n_part == max(1, 2 * T * S // seg_len)
+    for bh, (lists, rest) in enumerate(inverse_want(idx, bs, unique)):
+        ptr = [0]
+        for x in lists:
+            ptr.append(ptr[-1] + len(x))
+        assert row_ptr[bh].tolist() == ptr
+        assert col[bh].tolist() == [t for x in lists for t in x] + rest
+        want = segments_want(lists, seg_len, T * S)
+        assert (seg_block[bh].tolist(), seg_start[bh].tolist(), part_start[bh].tolist()) == want
+    assert seg_start[1, -1] > seg_start[1, 1] + 1  # the long list was split
+    again = inverse.inverted_lists(idx, bs, unique, seg_len=seg_len, tuning=t)
+    for a, b in zip((row_ptr, col, *segs[:3]), (*again[:2], *again[2][:3]), strict=True):
+        assert torch.equal(a, b)
 
 
 def test_special_indices_int64_scale_and_recompute():

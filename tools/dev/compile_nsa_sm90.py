@@ -39,6 +39,7 @@ def main():
     import kernels.nsa.backward as bwd_mod
     import kernels.nsa.block_major as blk_mod
     import kernels.nsa.forward as fwd_mod
+    import kernels.nsa.inverse as inv_mod
     import kernels.nsa.tiles as tiles_mod
     from kernels.nsa import tuning
 
@@ -46,7 +47,7 @@ def main():
     # minds (the interpreter stays off, so every launch takes its compiled-kernel settings).
     checks_mod._devices = lambda named: None
     compiled = []
-    for mod in (tiles_mod, fwd_mod, blk_mod, bwd_mod):
+    for mod in (tiles_mod, fwd_mod, blk_mod, bwd_mod, inv_mod):
         for name, obj in list(vars(mod).items()):
             if isinstance(obj, triton.runtime.jit.JITFunction) and name.endswith("_kernel"):
                 setattr(mod, name, _Capture(obj, compiled))

@@ -8,9 +8,8 @@ dS = P * (do v^T - delta), dq = scale * dS k, dk = scale * dS^T q, dv = P^T do.
   dq_stages and the forward's tile lists). It also computes delta for its rows from o and do and stores it
   (fp32 [B, Hq, T]) for the dk/dv kernel, so no separate pass over o and do is needed.
 * dk/dv without float atomics: block_idx is inverted into a per-(b, kv head, key block) CSR
-  list of the query positions that kept the block (`invert_block_idx`: each slot becomes the
-  int32 key block * T + t, dropped slots block NB; one sort per row groups entries by block
-  with tokens ascending, and a binary search gives the block offsets; no host sync).
+  list of the query positions that kept the block, tokens ascending (`inverse.py`: a
+  deterministic counting sort in four kernels, no host sync).
   A program owns dk/dv of one key block and loops over its list in chunks of BLOCK_Q tokens x
   G heads, gathering their q, do, lse, delta and lo rows. Load balance: a block chosen by many
   queries (block 0 of the 'random' pattern is chosen by all of them) would be one long serial
@@ -18,10 +17,11 @@ dS = P * (do v^T - delta), dq = scale * dS k, dk = scale * dS^T q, dv = P^T do.
   per segment. A block with one segment (the common case) writes dk/dv directly; the segments
   of a longer list write fp32 partials that a small kernel then adds in segment order. The grid
   is a static bound on the number of segments (NB + T * S / segment length; spare programs
-  exit), so nothing syncs the host. Every sum runs in a fixed order, so dk/dv are bitwise
+  exit; the inversion's last kernels write the segments), so nothing syncs the host. Every sum runs in a fixed order, so dk/dv are bitwise
   deterministic (no float atomics), and each key row is written exactly once (blocks nobody
   chose get zeros).
-  Memory is O(T * S): the sorted list and offsets, plus the partial buffer of at most
+  Memory: the lists (O(T * S)) and the inversion's per-tile counts (`inverse.py`), plus
+  the partial buffer of at most
   2 * T * S / segment length tiles of [2, block_size, D] fp32 per (b, kv head).
 
 Precision at large logits (fp32 inputs; `renormalise`): an fp32 lse near 100 carries an absolute error of ~1e-5, and
@@ -59,6 +59,7 @@ import triton.language as tl
 
 from . import _checks
 from .forward import selection_forward_triton
+from .inverse import inverted_lists
 from .tiles import (
     LOG2E,
     _tile_rows,
@@ -359,91 +360,6 @@ def _sel_bwd_reduce_kernel(
         tl.store(DV + p_kv, b_dv.to(DV.dtype.element_ty), mask=k_ok)
 
 
-def invert_block_idx(block_idx, block_size, unique=True, tuning=None):
-    """CSR inverse of block_idx: which query positions kept each key block.
-
-    Args:
-        block_idx: [B, Hkv, T, S] int32/int64, contiguous.
-        block_size: keys per block.
-    Returns:
-        row_ptr: int32 [B * Hkv, NB + 1]; the queries of block j of (b, h) are
-            col[b * Hkv + h, row_ptr[., j] : row_ptr[., j + 1]].
-        col: int32 [B * Hkv, T * S] query positions, ascending within each block; entries
-            past row_ptr[., NB] belong to dropped slots.
-    unique: a block repeated in one token's slots is listed once for that token, as the
-    selection counts it once (each (token, block) pair is one entry); each token's S slots
-    are sorted first, so that a repeat sits beside its first copy and is dropped. With
-    unique=False that sort is skipped and a repeat stays in the list, right after its first
-    copy (the same position twice in a row): the backward's dk/dv kernel skips such entries.
-    Device-side torch ops only (no host sync). Slot (t, s) gets the key
-    j * T + t (j = NB when dropped), unique per row, so one sort of the keys orders entries
-    by block and then token; the keys are int32 unless (NB + 1) * T overflows it. Rows are
-    sorted `sort_entries` slots at a time (`tuning`, an `NsaTuning`; None: the default),
-    which bounds the sort's temporaries; O(T * S) memory.
-    """
-    _checks.check_block_idx_arg(block_idx, block_size)
-    B, Hkv, T, S = block_idx.shape
-    NB = (T + block_size - 1) // block_size
-    BH, dev = B * Hkv, block_idx.device
-    kdt = torch.int32 if (NB + 1) * T < 2**31 else torch.int64
-    idx = block_idx.view(BH, T * S)
-    t = torch.arange(T, device=dev, dtype=kdt).repeat_interleave(S)
-    bounds = torch.arange(NB + 1, device=dev, dtype=kdt) * T
-    row_ptr = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
-    col = torch.empty(BH, T * S, dtype=torch.int32, device=dev)
-    rows = max(1, resolve(tuning).backward.sort_entries // (T * S))
-    for r0 in range(0, BH, rows):
-        j = idx[r0 : r0 + rows]
-        kept = (j >= 0) & (j < NB) & (j * block_size <= t)
-        if unique:
-            j = j.view(-1, T, S).sort(dim=2).values
-            repeat = torch.zeros_like(j, dtype=torch.bool)
-            repeat[..., 1:] = j[..., 1:] == j[..., :-1]
-            j, repeat = j.view(-1, T * S), repeat.view(-1, T * S)
-            kept = (j >= 0) & (j < NB) & (j * block_size <= t) & ~repeat
-            del repeat
-        key = torch.where(kept, j.to(kdt), NB) * T + t
-        del kept
-        key = key.sort(dim=1).values
-        n = key.shape[0]
-        row_ptr[r0 : r0 + n] = torch.searchsorted(
-            key, bounds.expand(n, NB + 1).contiguous(), out_int32=True
-        )
-        col[r0 : r0 + n] = key % T
-    return row_ptr, col
-
-
-def split_long_lists(row_ptr, seg_len, n_entries):
-    """Cut each block's query list into segments of at most seg_len entries (device ops only).
-
-    Args:
-        row_ptr: int32 [BH, NB + 1] from `invert_block_idx`.
-        seg_len: entries per segment.
-        n_entries: T * S, the most entries one (b, kv head) can have.
-    Returns:
-        seg_block: int32 [BH, NSEG] block of each segment id (NB past the last segment);
-            NSEG = NB + n_entries // seg_len bounds sum_j max(1, ceil(count_j / seg_len)).
-        seg_start: int32 [BH, NB + 1] first segment id of each block.
-        part_start: int32 [BH, NB + 1] first partial-buffer slot of each split block.
-        n_part: static number of partial slots per (b, kv head): a split block has
-            count_j > seg_len, so its ceil(count_j / seg_len) < 2 * count_j / seg_len slots.
-    Every block gets at least one segment, so blocks nobody chose still get their zeros.
-    """
-    BH, NB = row_ptr.shape[0], row_ptr.shape[1] - 1
-    counts = row_ptr[:, 1:] - row_ptr[:, :-1]
-    n_seg = torch.clamp((counts + seg_len - 1) // seg_len, min=1)
-    seg_start = torch.zeros(BH, NB + 1, dtype=torch.int32, device=row_ptr.device)
-    seg_start[:, 1:] = torch.cumsum(n_seg, dim=1)
-    n_total = NB + n_entries // seg_len
-    ids = torch.arange(n_total, device=row_ptr.device, dtype=torch.int32)
-    ids = ids.expand(BH, n_total).contiguous()
-    seg_block = torch.searchsorted(seg_start[:, 1:].contiguous(), ids, right=True, out_int32=True)
-    part_start = torch.zeros_like(seg_start)
-    part_start[:, 1:] = torch.cumsum(torch.where(n_seg > 1, n_seg, 0), dim=1)
-    n_part = max(1, 2 * n_entries // seg_len)
-    return seg_block, seg_start, part_start, n_part
-
-
 def renormalise(dtype):
     """Whether the backward renormalises the recomputed P (dq kernel: r and lo; dk/dv: lo):
     for fp32 inputs, whose gradients are held to ~1e-5 and where lse's own rounding shows at
@@ -487,10 +403,12 @@ def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scal
     dv = _checks.new_empty(v.shape, v.dtype, v.device)
     block_g, _, prec = tile_config(dims.G, q.dtype, 1)
     bt = tuning.backward
-    row_ptr, col = invert_block_idx(block_idx, block_size, unique=False, tuning=tuning)
     block_q = max(1, bt.dkdv_rows // block_g)
     seg_len = block_q * bt.segment_chunks
-    seg_block, seg_start, part_start, n_part = split_long_lists(row_ptr, seg_len, dims.T * dims.S)
+    row_ptr, col, segments = inverted_lists(
+        block_idx, block_size, unique=False, seg_len=seg_len, tuning=tuning
+    )  # fmt: skip
+    seg_block, seg_start, part_start, n_part = segments
     BH = dims.B * dims.Hkv
     part = _checks.new_empty((BH, n_part, 2, block_size, dims.D), torch.float32, q.device)
     launch(

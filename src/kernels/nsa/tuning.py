@@ -105,8 +105,17 @@ class BackwardTuning:
     dkdv_warps: int = 4
     # Pipeline stages of the dk/dv chunk loop: fastest on the H200
     dkdv_stages: int = 2
-    # Slots sorted at once by invert_block_idx: one (b, kv head) row at the seed shape
-    sort_entries: int = 1 << 19
+    # Slots per program of the index inversion's sort and fill kernels (tokens a tile:
+    # this // S), sorted in registers; also sets its per-tile counts' memory (inverse.py)
+    invert_tile_slots: int = 1024
+    # Warps of those kernels: 8 sorted slots a thread
+    invert_warps: int = 4
+    # Buckets per program and tiles per step of the inversion's scan: about one program
+    # per SM at the seed shape (T=32768: 513 buckets x 4 heads), 16 counts a thread
+    invert_scan_buckets: int = 16
+    invert_scan_tiles: int = 256
+    # Blocks per step of the inversion's prefix-sum program (one per (b, kv head))
+    invert_prefix_block: int = 1024
 
 
 @dataclass(frozen=True)
