@@ -11,6 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import _runtime
 from . import tuning as _tuning
 from .checks import FLOAT_DTYPES, check_devices, check_index, check_tensor
 from .step import _conv_out, _load_rows, _pool_line, _store_windows
@@ -183,7 +184,7 @@ def causal_conv1d_update(
     out3 = torch.empty_like(x3)
     win = window if window is not None else out3.new_empty(1, 1, 1, 1)
     win_idx = intermediate_state_indices if window is not None else conv_state_indices
-    grid = (B, triton.cdiv(dim, tn.block_d))
+    grid = (B, _runtime.cdiv(dim, tn.block_d))
     _causal_conv1d_update_kernel[grid](
         x3,
         conv_state,

@@ -57,6 +57,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import _runtime
 from . import _checks
 from .forward import selection_forward_triton
 from .inverse import inverted_lists
@@ -380,7 +381,7 @@ def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale, tu
     rows = tuning.forward.tile_rows if bt.dq_rows is None else bt.dq_rows
     block_g, block_t, prec = tile_config(dims.G, q.dtype, rows)
     lists, counts = tile_block_lists(block_idx, block_size, block_t, tuning=tuning)
-    grid = (triton.cdiv(dims.T, block_t), dims.B * dims.Hkv)
+    grid = (_runtime.cdiv(dims.T, block_t), dims.B * dims.Hkv)
     # One int32 per tile, written by the plain launch for every tile, read by the SAFE one.
     redo = torch.empty(grid[0] * grid[1], dtype=torch.int32, device=q.device)
     for safe in (False, True):
@@ -389,7 +390,7 @@ def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale, tu
             q, k, v, block_idx, lists, counts, o, do, lse, delta,
             delta if lse_lo is None else lse_lo, dq, redo,
             dims.T, dims.NB, dims.Hq, dims.G, qk_scale, dims.scale,
-            S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
+            S=dims.S, D=dims.D, BS=block_size, S_PAD=_runtime.next_pow2(dims.S),
             BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(), SAFE=safe,
             RENORM=renorm,
             num_warps=bt.dq_warps, num_stages=bt.dq_stages,

@@ -434,14 +434,14 @@ def list_windows(T, block_t, tuning=None):
     window = resolve(tuning).block_major.list_window
     if window is None:
         return 1
-    n_tiles = triton.cdiv(T, block_t)
-    return triton.cdiv(n_tiles, max(1, window // block_t))
+    n_tiles = _runtime.cdiv(T, block_t)
+    return _runtime.cdiv(n_tiles, max(1, window // block_t))
 
 
 def chunk_entries(G, element_size, tuning=None):
     """List entries per chunk: `chunk_rows` rows over the padded group for 16-bit inputs;
     fp32 (IEEE dots without tensor cores) takes half."""
-    block_g = triton.next_power_of_2(G)
+    block_g = _runtime.next_pow2(G)
     return max(1, resolve(tuning).block_major.chunk_rows * 2 // element_size // block_g)
 
 
@@ -456,7 +456,7 @@ def list_scratch(dims, block_t, element_size, device, tuning=None):
     NL = list_windows(dims.T, block_t, tuning) * dims.NB
     chunk = chunk_entries(dims.G, element_size, tuning)
     L = dims.T * dims.S + NL * chunk
-    NC = triton.cdiv(L, chunk)
+    NC = _runtime.cdiv(L, chunk)
     buf = torch.full((BH * (NL + L + NC),), -1, dtype=torch.int32, device=device)
     hist, col, code = buf.split([BH * NL, BH * L, BH * NC])
     return hist.view(BH, NL), col.view(BH, L), code.view(BH, NC)
@@ -499,22 +499,22 @@ def block_lists(
     t = resolve(tuning).block_major
     B, Hkv, T, S = block_idx.shape
     BH, NL, dev = B * Hkv, hist.shape[1], block_idx.device
-    NB = triton.cdiv(T, block_size)
+    NB = _runtime.cdiv(T, block_size)
     NW = NL // NB
     L = T * S + NL * chunk
     row_ptr = torch.empty(BH, NL + 1, dtype=torch.int32, device=dev)
     if col is None:
         col = torch.full((BH, L), -1, dtype=torch.int32, device=dev)  # -1: padding
     if code is None:
-        code = torch.full((BH, triton.cdiv(L, chunk)), -1, dtype=torch.int32, device=dev)
+        code = torch.full((BH, _runtime.cdiv(L, chunk)), -1, dtype=torch.int32, device=dev)
     _prefix_kernel[(BH,)](hist, row_ptr, NL, CHUNK=chunk, PB=t.prefix_block, num_warps=4)
     G = part_l.shape[3]
     _fill_kernel[(counts.shape[1], BH)](
         block_idx, counts, hist, row_ptr, col, code, part_l, T, NB, NW,
         window_tiles(counts.shape[1], NW), L, code.shape[1], min_blocks, G,
-        S=S, BS=block_size, BLOCK_T=block_t, L_PAD=triton.next_power_of_2(block_t * S),
-        CHUNK=chunk, KEY64=(NB + 1) * triton.next_power_of_2(block_t * S) > t.fill_key32_max,
-        BLOCK_G=triton.next_power_of_2(G), num_warps=t.fill_warps,
+        S=S, BS=block_size, BLOCK_T=block_t, L_PAD=_runtime.next_pow2(block_t * S),
+        CHUNK=chunk, KEY64=(NB + 1) * _runtime.next_pow2(block_t * S) > t.fill_key32_max,
+        BLOCK_G=_runtime.next_pow2(G), num_warps=t.fill_warps,
     )  # fmt: skip
     return row_ptr, col, code
 
@@ -539,7 +539,7 @@ def block_major_forward(
     """
     t = tuning.block_major
     BH = dims.B * dims.Hkv
-    block_g = triton.next_power_of_2(dims.G)
+    block_g = _runtime.next_pow2(dims.G)
     prec = "ieee" if q.dtype == torch.float32 else "tf32"
     chunk = chunk_entries(dims.G, q.element_size(), tuning)
     part_o = _checks.new_empty((BH, dims.T, dims.S, dims.G, dims.D), q.dtype, q.device)
@@ -549,9 +549,9 @@ def block_major_forward(
         col=col, code=code,
     )  # fmt: skip
     n_lists = row_ptr.shape[1] - 1
-    n_chunks = triton.cdiv(dims.T * dims.S, chunk) + n_lists  # the most any row can have
+    n_chunks = _runtime.cdiv(dims.T * dims.S, chunk) + n_lists  # the most any row can have
     if t.partial_waves is not None:
-        n_chunks = min(n_chunks, triton.cdiv(t.partial_waves * _multiprocessors(q.device), BH))
+        n_chunks = min(n_chunks, _runtime.cdiv(t.partial_waves * _multiprocessors(q.device), BH))
     interpreted = _runtime.interpreter_active()
     _partial_kernel[(n_chunks, BH)](
         q, k, v, row_ptr, col, code, part_o, part_l, flags, dims.T, n_lists, dims.Hq, dims.G,
@@ -568,8 +568,8 @@ def block_major_forward(
     n_tiles = counts.shape[1]
     n_comb = n_tiles
     if t.combine_waves is not None:
-        n_comb = min(n_tiles, triton.cdiv(t.combine_waves * _multiprocessors(q.device), BH))
-    walk = triton.next_power_of_2(triton.cdiv(n_tiles, n_comb))
+        n_comb = min(n_tiles, _runtime.cdiv(t.combine_waves * _multiprocessors(q.device), BH))
+    walk = _runtime.next_pow2(_runtime.cdiv(n_tiles, n_comb))
     _combine_kernel[(n_comb, BH)](
         counts, part_o, part_l, o, lse, dims.T, dims.Hq, dims.G, min_blocks, n_tiles,
         S=dims.S, D=dims.D, BLOCK_T=block_t, BLOCK_G=block_g,

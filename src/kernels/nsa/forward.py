@@ -62,6 +62,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import _runtime
 from . import _checks, block_major
 from .tiles import (
     LN2,
@@ -325,7 +326,7 @@ def selection_forward_triton(
         hist, col, code = block_major.list_scratch(
             dims, block_t, q.element_size(), q.device, tuning
         )  # fmt: skip
-    grid = (triton.cdiv(dims.T, block_t), dims.B * dims.Hkv)
+    grid = (_runtime.cdiv(dims.T, block_t), dims.B * dims.Hkv)
     flags = torch.empty(grid[1], grid[0], dtype=torch.int32, device=q.device)
     lists, counts = tile_block_lists(
         block_idx, block_size, block_t, hist, min_blocks or 0, flags=flags, tuning=tuning
@@ -338,7 +339,7 @@ def selection_forward_triton(
         launch(
             _sel_fwd_kernel, grid, q, k, v, block_idx, lists, counts, o, lse, flags,
             dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,
-            S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
+            S=dims.S, D=dims.D, BS=block_size, S_PAD=_runtime.next_pow2(dims.S),
             BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(),
             SKIP_BLOCK_TILES=hist is not None,
             num_warps=ft.num_warps, num_stages=forward_stages(block_t, tuning),
@@ -353,10 +354,10 @@ def selection_forward_triton(
         # this call's temporaries, which were allocated on `main`) waits for the tile kernel.
         main.wait_stream(side)
     launch(
-        _sel_fwd_fix_kernel, (triton.cdiv(grid[0], ft.fix_tiles), grid[1]),
+        _sel_fwd_fix_kernel, (_runtime.cdiv(grid[0], ft.fix_tiles), grid[1]),
         q, k, v, block_idx, lists, counts, o, lse, flags,
         dims.T, dims.NB, dims.Hq, dims.G, qk_scale, grid[0],
-        S=dims.S, D=dims.D, BS=block_size, S_PAD=triton.next_power_of_2(dims.S),
+        S=dims.S, D=dims.D, BS=block_size, S_PAD=_runtime.next_pow2(dims.S),
         BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(), FIX=ft.fix_tiles,
         num_warps=ft.num_warps, num_stages=1,
     )  # fmt: skip

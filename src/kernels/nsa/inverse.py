@@ -31,6 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import _runtime
 from . import _checks
 from .tiles import _kept
 from .tuning import resolve
@@ -179,11 +180,11 @@ def inverted_lists(block_idx, block_size, unique=True, seg_len=None, tuning=None
     cdiv(count, seg_len) < 2 * count / seg_len slots). block_idx: checked by the caller."""
     t = resolve(tuning).backward
     B, Hkv, T, S = block_idx.shape
-    NB = triton.cdiv(T, block_size)
+    NB = _runtime.cdiv(T, block_size)
     BH, dev = B * Hkv, block_idx.device
     tt = max(1, min(t.invert_tile_slots // S, T))  # no wider than the row
-    n_tiles = triton.cdiv(T, tt)
-    l_pad = triton.next_power_of_2(tt * S)
+    n_tiles = _runtime.cdiv(T, tt)
+    l_pad = _runtime.next_pow2(tt * S)
     key64 = (NB + 2) * tt > 2**31 - 1
     keys = torch.empty(BH, n_tiles * l_pad, dtype=torch.int64 if key64 else torch.int32, device=dev)
     hist = torch.empty(BH, n_tiles, NB + 1, dtype=torch.int32, device=dev)
@@ -193,7 +194,7 @@ def inverted_lists(block_idx, block_size, unique=True, seg_len=None, tuning=None
     )  # fmt: skip
     total = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
     jb = t.invert_scan_buckets
-    _inv_scan_kernel[(triton.cdiv(NB + 1, jb), BH)](
+    _inv_scan_kernel[(_runtime.cdiv(NB + 1, jb), BH)](
         hist, total, NB, n_tiles, JB=jb, TB=t.invert_scan_tiles, num_warps=4
     )  # fmt: skip
     row_ptr = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)

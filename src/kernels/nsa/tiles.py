@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._runtime import interpreter_active
+from .. import _runtime
 from .tuning import resolve
 
 LOG2E = 1.4426950408889634
@@ -21,7 +21,7 @@ LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
 def use_for_loop():
     """Whether loops over a loaded trip count are `for` loops (compiled: pipelined) or
     `while` loops (the interpreter cannot run `range` over a loaded bound with numpy 2)."""
-    return not interpreter_active()
+    return not _runtime.interpreter_active()
 
 
 @triton.jit
@@ -122,7 +122,7 @@ def _tile_list_kernel(
 
 def window_tiles(n_tiles, n_windows):
     """Tiles per window when n_tiles tiles are cut into n_windows windows."""
-    return triton.cdiv(n_tiles, n_windows)
+    return _runtime.cdiv(n_tiles, n_windows)
 
 
 def tile_block_lists(
@@ -150,11 +150,11 @@ def tile_block_lists(
     One kernel launch, no host sync.
     """
     B, Hkv, T, S = block_idx.shape
-    n_tiles, NB = triton.cdiv(T, block_t), triton.cdiv(T, block_size)
+    n_tiles, NB = _runtime.cdiv(T, block_t), _runtime.cdiv(T, block_size)
     lists = torch.empty(B * Hkv, n_tiles, block_t * S, dtype=torch.int32, device=block_idx.device)
     counts = torch.empty(B * Hkv, n_tiles, dtype=torch.int32, device=block_idx.device)
     NW = 1 if hist is None else hist.shape[1] // NB
-    l_pad = triton.next_power_of_2(block_t * S)
+    l_pad = _runtime.next_pow2(block_t * S)
     _tile_list_kernel[(n_tiles, B * Hkv)](
         block_idx, lists, counts, counts if hist is None else hist,
         counts if flags is None else flags, T, NB, n_tiles, min_blocks,
@@ -196,7 +196,7 @@ def launch(kernel, grid, *args, num_stages, **kwargs):
 
 def tile_config(G, dtype, rows):
     """(BLOCK_G, BLOCK_T, dot precision) for a forward/dq tile of about `rows` query rows."""
-    block_g = triton.next_power_of_2(G)
+    block_g = _runtime.next_pow2(G)
     block_t = max(1, rows // block_g)
     prec = "ieee" if dtype == torch.float32 else "tf32"
     return block_g, block_t, prec

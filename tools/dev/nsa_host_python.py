@@ -1,0 +1,75 @@
+"""The NSA wrappers' own Python cost per call, with every Triton launch stubbed out.
+
+    PYTHONPATH=src .venv/bin/python -m tools.dev.nsa_host_python [--seq-len 2048] [--profile]
+
+Runs on any machine (CPU tensors, no GPU, no interpreter): each `*_kernel` of the NSA
+modules is replaced by a stub whose launch does nothing, so what is left is the host work
+our code adds around the launches (argument checks, allocations, grid and constexpr
+arithmetic). Triton's own launch cost and the device work are not in it: the suite's
+`track_time_host` on a GPU measures the whole call (docs/benchmarks.md).
+"""
+
+import argparse
+import cProfile
+import pstats
+import time
+
+import torch
+import triton
+
+
+class _Stub:
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seq-len", type=int, default=2048)
+    ap.add_argument("--calls", type=int, default=500)
+    ap.add_argument("--profile", action="store_true", help="also print a cProfile listing")
+    args = ap.parse_args()
+
+    import kernels.nsa as nsa
+    from kernels.nsa import _checks, backward, block_major, forward, inverse, tiles
+
+    for mod in (tiles, forward, block_major, backward, inverse):
+        for name, obj in list(vars(mod).items()):
+            if isinstance(obj, triton.runtime.jit.JITFunction) and name.endswith("_kernel"):
+                setattr(mod, name, _Stub())
+    _checks._devices = lambda named: None  # CPU tensors stand in for CUDA ones
+
+    B, Hq, Hkv, T, D, bs, S = 1, 16, 4, args.seq_len, 64, 64, 16  # the seed shape
+    g = torch.Generator().manual_seed(0)
+    q, do = (torch.randn(B, Hq, T, D, generator=g).bfloat16() for _ in range(2))
+    k, v = (torch.randn(B, Hkv, T, D, generator=g).bfloat16() for _ in range(2))
+    calls = {}
+    for pattern in ("recent", "random"):
+        if pattern == "recent":
+            idx = nsa.make_block_idx_recent(B, Hkv, T, bs, S, "cpu")
+        else:
+            idx = nsa.make_block_idx_random(B, Hkv, T, bs, S, "cpu", seed=0)
+        o, lse = nsa.selection_forward_triton(q, k, v, idx, bs, return_lse=True)
+        calls[f"forward {pattern}"] = lambda idx=idx: nsa.selection_forward_triton(
+            q, k, v, idx, bs, return_lse=True
+        )
+        calls[f"backward {pattern}"] = lambda idx=idx, o=o, lse=lse: nsa.selection_backward_triton(
+            q, k, v, idx, bs, do, o, lse
+        )
+    print(f"seed shape, T={T}, launches stubbed: us of host Python per call")
+    for name, fn in calls.items():
+        for _ in range(20):
+            fn()
+        t0 = time.perf_counter()
+        for _ in range(args.calls):
+            fn()
+        print(f"  {name:18} {(time.perf_counter() - t0) / args.calls * 1e6:7.1f}")
+    if args.profile:
+        fn = calls["forward recent"]
+        prof = cProfile.Profile()
+        prof.runcall(lambda: [fn() for _ in range(args.calls)])
+        pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+
+
+if __name__ == "__main__":
+    main()
