@@ -1,0 +1,99 @@
+"""A/B of two NSA checkouts on one GPU: bitwise outputs, graph and host time per call.
+
+    PYTHONPATH=<checkout>/src:<repo> python3 -m tools.dev.gpu_nsa_ab run TAG --out DIR
+        [--points 4096:recent 32768:random ...]                 (one process per checkout)
+    python3 -m tools.dev.gpu_nsa_ab compare DIR TAG_A TAG_B
+
+`run` builds the seed-shape inputs of each point from a fixed seed (B=1, Hq=16, Hkv=4,
+D=64, block 64, S=16, bf16), saves the forward's o and lse and the backward's (lse given)
+dq, dk and dv to DIR/TAG.pt, and times both calls with the suite's timers
+(`benchmarks.common`: graph replay of 10 calls, and host time per call); `compare` says
+whether each output is bitwise equal between the two runs and prints the times side by
+side (medians of the samples, us). For a change meant to keep the results bit for bit,
+such as a rework of the index inversion or the launch path.
+"""
+
+import argparse
+import statistics
+from pathlib import Path
+
+import torch
+
+B, HQ, HKV, D, BS, S = 1, 16, 4, 64, 64, 16
+OPS = {"fwd": 16, "bwd": 96}  # the suite's upper bounds on device operations per call
+
+
+def run(tag, out, points, device):
+    from benchmarks import common
+    from kernels.nsa import (
+        make_block_idx_random,
+        make_block_idx_recent,
+        selection_backward_triton,
+        selection_forward_triton,
+    )
+
+    # bf16 on a GPU; the interpreter (a CPU check of this tool) is wrong for bf16: fp16
+    dtype = torch.bfloat16 if device == "cuda" else torch.float16
+    saved, times = {}, {}
+    for point in points:
+        T, pattern = point.split(":")
+        T = int(T)
+        g = torch.Generator(device=device).manual_seed(0)
+        q, k, v, do = (
+            torch.randn(B, n, T, D, device=device, dtype=dtype, generator=g)
+            for n in (HQ, HKV, HKV, HQ)
+        )
+        if pattern == "recent":
+            idx = make_block_idx_recent(B, HKV, T, BS, S, device=device)
+        else:
+            idx = make_block_idx_random(B, HKV, T, BS, S, device=device, seed=0)
+        o, lse = selection_forward_triton(q, k, v, idx, BS, return_lse=True)
+        grads = selection_backward_triton(q, k, v, idx, BS, do, o, lse)
+        for name, x in zip(("o", "lse", "dq", "dk", "dv"), (o, lse, *grads), strict=True):
+            saved[f"{point} {name}"] = x.cpu()
+        fns = {
+            "fwd": lambda: selection_forward_triton(q, k, v, idx, BS, return_lse=True),
+            "bwd": lambda: selection_backward_triton(q, k, v, idx, BS, do, o, lse),
+        }
+        for call, fn in fns.items():
+            graph = statistics.median(common.per_call_seconds([fn], 10)) * 1e6
+            host = statistics.median(common.host_seconds([fn], OPS[call], samples=5)) * 1e6
+            times[f"{point} {call}"] = (graph, host)
+            print(f"{tag} {point:>14} {call}: graph {graph:8.1f} us, host {host:7.1f} us")
+    torch.save({"outputs": saved, "times": times}, Path(out) / f"{tag}.pt")
+
+
+def compare(out, tag_a, tag_b):
+    a, b = (torch.load(Path(out) / f"{t}.pt") for t in (tag_a, tag_b))
+    print("| output | bitwise equal |\n| --- | --- |")
+    for name, x in a["outputs"].items():
+        y = b["outputs"].get(name)
+        print(f"| {name} | {y is not None and torch.equal(x, y)} |")
+    print(f"\n| call | graph {tag_a} | graph {tag_b} | ratio | host {tag_a} | host {tag_b} |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, (ga, ha) in a["times"].items():
+        gb, hb = b["times"].get(name, (float("nan"), float("nan")))
+        print(f"| {name} | {ga:.1f} | {gb:.1f} | {gb / ga:.3f} | {ha:.1f} | {hb:.1f} |")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("tag")
+    r.add_argument("--out", required=True)
+    r.add_argument("--points", nargs="+", default=["4096:recent", "4096:random", "32768:random"])
+    r.add_argument("--device", default="cuda", help="cpu: the interpreter, small points only")
+    c = sub.add_parser("compare")
+    c.add_argument("out")
+    c.add_argument("tag_a")
+    c.add_argument("tag_b")
+    args = ap.parse_args()
+    if args.cmd == "run":
+        run(args.tag, args.out, args.points, args.device)
+    else:
+        compare(args.out, args.tag_a, args.tag_b)
+
+
+if __name__ == "__main__":
+    main()
