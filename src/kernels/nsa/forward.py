@@ -67,7 +67,6 @@ from . import _checks, block_major
 from .tiles import (
     LN2,
     LOG2E,
-    _flag_nonfinite,
     _tile_rows,
     _tile_slots,
     launch,
@@ -173,8 +172,9 @@ def _sel_fwd_tile(
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
     FOR_LOOP: tl.constexpr, SAFE: tl.constexpr,
 ):  # fmt: skip
-    """o and lse of one token tile; unless SAFE, FLAG[o_tile] = 1 when a real row ended
-    non-finite. SAFE: each row's p @ v over its visible keys only (`_attend_block`)."""
+    """o and lse of one token tile; unless SAFE, FLAG[o_tile] = 1 (and lse NaN) when a real
+    row ended non-finite. SAFE: each row's p @ v over its visible keys only
+    (`_attend_block`)."""
     Hkv = Hq // G
     i_b = i_bh // Hkv
     i_h = i_bh % Hkv
@@ -196,9 +196,18 @@ def _sel_fwd_tile(
     b_lse = (b_m + tl.log2(tl.where(no_key, 1.0, b_l))) * LN2
     b_lse = tl.where(no_key, float("-inf"), b_lse)
     if not SAFE:
-        _flag_nonfinite(FLAG, o_tile, b_o, row_ok)
+        # A row that ended non-finite (its sum is) gets lse NaN for now and flags its tile,
+        # which the fix-up kernel then redoes, o and lse both. The flag is read off the lse
+        # being stored: that vector changes layout for its store anyway, and a flag vector
+        # of its own would take a second trip through shared memory. An lse that is NaN by
+        # itself (a visible NaN) comes with a NaN o, so it flags the same tiles.
+        b_row = tl.sum(b_o, axis=1)
+        b_lse = tl.where(tl.abs(b_row) < float("inf"), b_lse, float("nan"))
     tl.store(O + o_row[:, None] + i_d[None, :], b_o.to(O.dtype.element_ty), mask=row_ok[:, None])
     tl.store(LSE + o_row // D, b_lse, mask=row_ok)
+    if not SAFE:
+        p_flag = FLAG + o_tile + tl.zeros(b_lse.shape, tl.int32)
+        tl.store(p_flag, tl.full(b_lse.shape, 1, tl.int32), mask=(b_lse != b_lse) & row_ok)
 
 
 @triton.jit
