@@ -17,12 +17,12 @@ dS = P * (do v^T - delta), dq = scale * dS k, dk = scale * dS^T q, dv = P^T do.
   per segment. A block with one segment (the common case) writes dk/dv directly; the segments
   of a longer list write fp32 partials that a small kernel then adds in segment order. The grid
   is a static bound on the number of segments (NB + T * S / segment length; spare programs
-  exit; the inversion's last kernels write the segments), so nothing syncs the host. Every sum runs in a fixed order, so dk/dv are bitwise
-  deterministic (no float atomics), and each key row is written exactly once (blocks nobody
-  chose get zeros).
-  Memory: the lists (O(T * S)) and the inversion's per-tile counts (`inverse.py`), plus
-  the partial buffer of at most
-  2 * T * S / segment length tiles of [2, block_size, D] fp32 per (b, kv head).
+  exit; the inversion's last kernels write the segments), so nothing syncs the host.
+  Every sum runs in a fixed order, so dk/dv are bitwise deterministic (no float atomics),
+  and each key row is written exactly once (blocks nobody chose get zeros).
+  Memory: the lists (O(T * S)) and the inversion's per-tile counts (`inverse.py`), plus the
+  partial buffer of at most 2 * T * S / segment length tiles of [2, block_size, D] fp32 per
+  (b, kv head).
 
 Precision at large logits (fp32 inputs; `renormalise`): an fp32 lse near 100 carries an absolute error of ~1e-5, and
 exp(s - lse) carries it as a relative error shared by the whole row. The dq kernel, which

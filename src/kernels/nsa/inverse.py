@@ -33,13 +33,8 @@ import triton.language as tl
 
 from .. import _runtime
 from . import _checks
-from .tiles import _kept
+from .tiles import _kept, _max_op
 from .tuning import resolve
-
-
-@triton.jit
-def _max_op(a, b):
-    return tl.maximum(a, b)
 
 
 @triton.jit
@@ -173,7 +168,7 @@ def _inv_fill_kernel(
 def inverted_lists(block_idx, block_size, unique=True, seg_len=None, tuning=None):
     """(row_ptr, col, segments) of block_idx's inverse (module doc); segments is None
     unless seg_len is given, else (seg_block, seg_start, part_start, n_part) as
-    `invert_block_idx`'s callers in backward.py read them:
+    backward.py's dk/dv kernels read them:
     seg_block int32 [BH, NSEG] (NSEG = NB + T * S // seg_len, which bounds the segments),
     seg_start and part_start int32 [BH, NB + 1], and n_part = max(1, 2 * T * S // seg_len)
     partial slots per (b, kv head) (a split list has count > seg_len, so its
