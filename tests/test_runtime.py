@@ -1,10 +1,14 @@
-"""The kernels' shared host helpers (`kernels._runtime`) and the host-cost tool."""
+"""The kernels' shared host helpers (`kernels._runtime`: integer helpers, `launch`) and the
+host-cost tool."""
 
 import os
 import subprocess
 import sys
 
+import pytest
+import torch
 import triton
+import triton.language as tl
 
 from kernels import _runtime
 
@@ -27,3 +31,233 @@ def test_host_python_tool_runs_and_reports_every_call():
     assert r.returncode == 0, r.stderr[-3000:]
     for call in ("forward recent", "backward recent", "forward random", "backward random"):
         assert call in r.stdout, r.stdout
+
+
+# `launch`: the direct path, against a stand-in for a JIT function and its compiled kernel.
+
+
+def _kernel_fn(X, n, alpha, flag, BLOCK: tl.constexpr, MODE: tl.constexpr = "a"):
+    pass
+
+
+class _Compiled:
+    function, packed_metadata = "handle", "packed"
+
+    def __init__(self, runs):
+        self.runs = runs
+
+    def run(self, *args):
+        self.runs.append(args)
+
+    def launch_metadata(self, grid, stream, *args):
+        return ("meta", grid, stream, args)
+
+
+class _Jit:
+    """kernel[grid](...) compiles (records the call) and returns one compiled kernel per
+    call, as Triton's JIT path does on a cache miss."""
+
+    fn = staticmethod(_kernel_fn)
+
+    def __init__(self):
+        self.jit_calls, self.runs = [], []
+
+    def __getitem__(self, grid):
+        def call(*args, **kwargs):
+            self.jit_calls.append((grid, args, kwargs))
+            return _Compiled(self.runs)
+
+        return call
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    monkeypatch.setattr(_runtime, "direct_supported", lambda kernel: True)
+    monkeypatch.setattr(_runtime, "_current", lambda: (0, lambda device: 7))
+    return _Jit()
+
+
+def test_launch_second_call_goes_direct_with_constexprs_in_signature_order(fake):
+    x = torch.zeros(8)
+    for _ in range(3):
+        _runtime.launch(fake, (4, 2), x, 5, 0.5, True, BLOCK=16, num_warps=4)
+    assert len(fake.jit_calls) == 1
+    assert fake.jit_calls[0] == ((4, 2), (x, 5, 0.5, True), {"BLOCK": 16, "num_warps": 4})
+    # grid padded to 3-D, the current stream, handle, packed metadata, no hooks, then every
+    # parameter in order: the runtime ones, BLOCK, and MODE at its default.
+    want = (4, 2, 1, 7, "handle", "packed", None, None, None, x, 5, 0.5, True, 16, "a")
+    assert fake.runs == [want, want]
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["misaligned tensor", "other dtype", "int 1", "int 16", "int64", "constexpr", "option",
+     "bool"],
+)  # fmt: skip
+def test_launch_misses_where_triton_would_specialize_differently(fake, change):
+    base = dict(x=torch.zeros(8), n=5, flag=True, BLOCK=16, num_warps=4)
+    other = dict(base)
+    if change == "misaligned tensor":
+        other["x"] = torch.zeros(9)[1:]  # 4 bytes past a 16-byte boundary
+    elif change == "other dtype":
+        other["x"] = torch.zeros(8, dtype=torch.float16)
+    elif change == "int 1":
+        other["n"] = 1  # Triton makes 1 a constant
+    elif change == "int 16":
+        other["n"] = 32  # divisible by 16
+    elif change == "int64":
+        other["n"] = 2**31 + 1
+    elif change == "constexpr":
+        other["BLOCK"] = 32
+    elif change == "option":
+        other["num_warps"] = 8
+    else:
+        other["flag"] = False
+
+    def call(a):
+        _runtime.launch(fake, (1,), a["x"], a["n"], 0.5, a["flag"], BLOCK=a["BLOCK"],
+                        num_warps=a["num_warps"])  # fmt: skip
+
+    call(base)
+    call(other)
+    assert len(fake.jit_calls) == 2 and fake.runs == []
+    call(base)
+    call(other)  # both cached now
+    assert len(fake.jit_calls) == 2 and len(fake.runs) == 2
+
+
+def test_launch_same_specialization_shares_a_plan(fake):
+    """Values that Triton does not specialize on (other ints of the same class, floats,
+    another aligned tensor) reuse the compiled kernel."""
+    _runtime.launch(fake, (1,), torch.zeros(8), 5, 0.5, True, BLOCK=16)
+    y = torch.zeros(4)
+    _runtime.launch(fake, (3,), y, 7, 2.5, True, BLOCK=16)
+    assert len(fake.jit_calls) == 1
+    assert fake.runs == [(3, 1, 1, 7, "handle", "packed", None, None, None, y, 7, 2.5, True,
+                          16, "a")]  # fmt: skip
+
+
+def test_launch_direct_false_always_takes_the_jit_path(fake):
+    for _ in range(3):
+        _runtime.launch(fake, (1,), torch.zeros(8), 5, 0.5, True, BLOCK=16, direct=False)
+    assert len(fake.jit_calls) == 3 and fake.runs == []
+
+
+def test_launch_passes_metadata_when_a_hook_is_set(fake, monkeypatch):
+    from triton import knobs
+
+    seen = []
+    x = torch.zeros(8)
+    _runtime.launch(fake, (1,), x, 5, 0.5, True, BLOCK=16)
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", seen.append)
+    hook = knobs.runtime.launch_enter_hook
+    _runtime.launch(fake, (1,), x, 5, 0.5, True, BLOCK=16)
+    run = fake.runs[0]
+    assert run[6] == ("meta", (1,), 7, (x, 5, 0.5, True, 16, "a")) and run[7] == hook
+
+
+def test_launch_refuses_constexprs_by_position_and_runtime_args_by_keyword(fake):
+    with pytest.raises(TypeError, match="constexprs by keyword"):
+        _runtime.launch(fake, (1,), torch.zeros(8), 5, 0.5, True, 16)
+    with pytest.raises(TypeError, match="'flag' by position"):
+        _runtime.launch(fake, (1,), torch.zeros(8), 5, 0.5, flag=True, BLOCK=16)
+    assert fake.jit_calls == []
+
+
+def test_launch_lowers_num_stages_that_do_not_fit_and_keys_the_plan_by_the_request(fake):
+    class Jit(_Jit):
+        def __getitem__(self, grid):
+            def call(*args, **kwargs):
+                self.jit_calls.append(kwargs["num_stages"])
+                if kwargs["num_stages"] > 2:
+                    raise triton.runtime.errors.OutOfResources(1, 0, "shared memory")
+                return _Compiled(self.runs)
+
+            return call
+
+    k = Jit()
+    for _ in range(2):
+        _runtime.launch(k, (1,), torch.zeros(8), 5, 0.5, True, BLOCK=16, num_stages=4)
+    assert k.jit_calls == [4, 3, 2] and len(k.runs) == 1
+
+
+def test_launch_direct_path_needs_a_compiled_jit_function():
+    """Under the interpreter (as on this machine's CPU runs) kernels are interpreted
+    functions: never direct. A JIT function is, on the Triton versions checked."""
+    from kernels.nsa.forward import _sel_fwd_kernel
+
+    compiled = isinstance(_sel_fwd_kernel, triton.runtime.jit.JITFunction)
+    assert _runtime.direct_supported(_sel_fwd_kernel) == (
+        compiled and tuple(int(x) for x in triton.__version__.split(".")[:2]) in
+        _runtime.DIRECT_TRITON
+    )  # fmt: skip
+    assert _runtime.direct_supported(_Jit()) is False
+
+
+# On a GPU: real compiled kernels through the direct path.
+
+
+@triton.jit
+def _axpy_kernel(X, Y, n, alpha, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    b_x = tl.load(X + i, mask=i < n, other=0.0)
+    tl.store(Y + i, b_x * alpha + n, mask=i < n)
+
+
+@pytest.mark.gpu
+def test_launch_direct_on_gpu_matches_torch_across_specializations():
+    """Aligned and misaligned pointers, n of 1, 16 and 17, each launched three times (the
+    second and third direct); outputs poisoned before every launch."""
+    buf = torch.randn(4096 + 8, device="cuda")
+    for offset in (0, 1, 0, 3):  # 0: 16-byte aligned; 1 and 3 floats past: not
+        for n in (17, 16, 1, 1000):
+            x = buf[offset : offset + n]
+            for _ in range(3):
+                y = torch.full((n + 4,), float("nan"), device="cuda")
+                _runtime.launch(_axpy_kernel, (_runtime.cdiv(n, 128),), x, y, n, 0.5,
+                                BLOCK=128, num_warps=4)  # fmt: skip
+                torch.testing.assert_close(y[:n], x * 0.5 + n, rtol=0, atol=0)
+                assert torch.isnan(y[n:]).all()  # nothing written past n
+    torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pattern", ["recent", "random"])
+def test_nsa_direct_launches_match_the_jit_path_bit_for_bit(pattern):
+    """Forward and backward at the seed's group (every launch site, block-major included),
+    bf16: the JIT path's results, then the direct path's second and third calls, and a
+    call on a misaligned q (a new specialization: the JIT path again, then direct)."""
+    from kernels.nsa import (
+        make_block_idx_random,
+        make_block_idx_recent,
+        selection_backward_triton,
+        selection_forward_triton,
+    )
+    from kernels.nsa.tuning import with_fields
+
+    B, Hq, Hkv, T, D, bs, S = 1, 16, 4, 1000, 64, 64, 8
+    g = torch.Generator(device="cuda").manual_seed(3)
+    q, k, v, do = (
+        torch.randn(B, n, T, D, device="cuda", dtype=torch.bfloat16, generator=g)
+        for n in (Hq, Hkv, Hkv, Hq)
+    )
+    if pattern == "recent":
+        idx = make_block_idx_recent(B, Hkv, T, bs, S, device="cuda")
+    else:
+        idx = make_block_idx_random(B, Hkv, T, bs, S, device="cuda", seed=3)
+
+    def run(q, tuning=None):
+        o, lse = selection_forward_triton(q, k, v, idx, bs, return_lse=True, tuning=tuning)
+        return (o, lse, *selection_backward_triton(q, k, v, idx, bs, do, o, lse, tuning=tuning))
+
+    want = run(q, with_fields(direct_launch=False))
+    for _ in range(3):
+        for got, ref in zip(run(q), want, strict=True):
+            assert torch.equal(got, ref)
+    flat = torch.empty(q.numel() + 1, device="cuda", dtype=q.dtype)
+    q_off = flat[1:].view(q.shape)  # contiguous, 2 bytes past a 16-byte boundary
+    q_off.copy_(q)
+    for _ in range(2):
+        for got, ref in zip(run(q_off), want, strict=True):
+            assert torch.allclose(got.float(), ref.float(), rtol=1e-2, atol=1e-2)
+    torch.cuda.synchronize()

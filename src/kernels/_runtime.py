@@ -1,6 +1,11 @@
 """Facts about how the kernels run, shared by the kernel families."""
 
+import functools
+import inspect
 import os
+
+import torch
+import triton
 
 
 def interpreter_active():
@@ -21,3 +26,163 @@ def cdiv(a, b):
 def next_pow2(n):
     """The smallest power of two >= n for n >= 1 (0 for 0, as Triton's)."""
     return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
+# Kernel launches.
+#
+# `kernel[grid](*args)` runs Triton's JIT dispatch on every call: it binds the arguments to
+# the signature, computes each one's specialization (dtype, 16-byte alignment, ints equal
+# to 1 or divisible by 16, i32/i64 range), builds a cache key from them and the options,
+# and looks the compiled kernel up. That costs several microseconds per launch on the
+# host, and an eager NSA call makes up to a dozen launches. `launch` keeps, per call site's
+# key, the compiled kernel the JIT path returned and calls its launcher directly. The key
+# holds, for every runtime argument, what Triton specializes on (so a call that Triton
+# would compile differently misses and goes through the JIT path), the constexprs and
+# options by value, the current device and Triton's debug setting. The launcher's calling
+# convention is Triton's own (`CompiledKernel.run`), checked for the versions listed in
+# DIRECT_TRITON; other versions and the interpreter always take the JIT path.
+DIRECT_TRITON = ((3, 6),)
+_OPTIONS = frozenset(("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion"))
+_I32 = (-(2**31), 2**31)
+_plans = {}  # key -> (compiled kernel, the constexprs' values in signature order)
+_kernel_info = {}  # JIT function -> its parameters' names, constexpr flags, defaults
+
+
+@functools.cache
+def _direct_version():
+    """Whether the installed Triton's launcher convention is one `launch` was checked
+    against (DIRECT_TRITON)."""
+    try:
+        return tuple(int(x) for x in triton.__version__.split(".")[:2]) in DIRECT_TRITON
+    except ValueError:
+        return False
+
+
+def direct_supported(kernel):
+    """Whether `launch` may call `kernel`'s compiled launchers directly: a Triton version in
+    DIRECT_TRITON and a compiled JIT function (under the interpreter, the decorator gives
+    an interpreted one instead)."""
+    return isinstance(kernel, triton.runtime.jit.JITFunction) and _direct_version()
+
+
+def _arg_key(a):
+    """What Triton's specialization of one runtime argument depends on."""
+    t = type(a)
+    if t is int:  # 1 becomes a constant; divisibility by 16; i32, i64 or u64
+        return (a == 1, a & 15 == 0, _I32[0] <= a < _I32[1], a < 2**63)
+    if t is float:  # always fp32, never specialized on its value
+        return t
+    data_ptr = getattr(a, "data_ptr", None)
+    if data_ptr is not None:  # a tensor: its dtype and 16-byte alignment
+        return (a.dtype, data_ptr() & 15 == 0)
+    return (t, a)  # bool, None and the rest: by value (at least as fine as Triton's key)
+
+
+def _info(kernel):
+    """(parameter names, their constexpr flags, their defaults) of a JIT function."""
+    info = _kernel_info.get(kernel)
+    if info is None:
+        # The Python function's signature: a JITFunction and the interpreter's wrapper of
+        # it both keep it as `fn`; a constexpr is annotated `tl.constexpr`.
+        params = inspect.signature(kernel.fn).parameters.values()
+        info = (
+            tuple(p.name for p in params),
+            tuple("constexpr" in repr(p.annotation) for p in params),
+            tuple(p.default for p in params),
+        )
+        _kernel_info[kernel] = info
+    return info
+
+
+def _name(kernel):
+    return kernel.fn.__name__
+
+
+def _check_call(kernel, n_args, kwargs):
+    """Runtime arguments go by position and constexprs and options by keyword: that is
+    what lets a call site's key hold constexprs by value and the rest by specialization."""
+    names, constexpr, _ = _info(kernel)
+    if n_args > len(names) or any(constexpr[:n_args]):
+        raise TypeError(f"{_name(kernel)}: pass constexprs by keyword, not by position")
+    for name in kwargs:
+        if name in _OPTIONS:
+            continue
+        if name not in names or not constexpr[names.index(name)]:
+            raise TypeError(f"{_name(kernel)}: pass runtime argument {name!r} by position")
+
+
+def _idle(hook):
+    """A launch hook that would call nothing: None, or an empty chain (Triton's HookChain)."""
+    return hook is None or getattr(hook, "calls", None) == []
+
+
+def _current():
+    """(current device, the function giving a device's current stream) of Triton's active
+    driver: the device and stream the JIT path launches on."""
+    from triton.runtime import driver
+
+    drv = driver.active
+    return drv.get_current_device(), drv.get_current_stream
+
+
+def _jit_launch(kernel, grid, args, kwargs):
+    """kernel[grid](*args, **kwargs) with num_stages, when given, lowered until the
+    kernel's shared memory fits (large D and block sizes): that check fails when the kernel
+    is loaded, before anything runs, so retrying is safe."""
+    kwargs = dict(kwargs)
+    while True:
+        try:
+            return kernel[grid](*args, **kwargs)
+        except triton.runtime.errors.OutOfResources:
+            if kwargs.get("num_stages") is None or kwargs["num_stages"] <= 1:
+                raise
+            kwargs["num_stages"] -= 1
+
+
+def launch(kernel, grid, *args, direct=True, **kwargs):
+    """Launch the JIT function `kernel` on `grid` (a tuple of 1-3 ints) as
+    `kernel[grid](*args, **kwargs)` does: runtime arguments by position, constexprs and
+    options (num_warps, num_stages, ...) by keyword. With `direct` (and `direct_supported()`),
+    a call site's second and later launches with the same key skip the JIT dispatch (module
+    comment above). A num_stages whose shared memory does not fit is lowered to one that
+    does. Returns what `kernel[grid](...)` returns (the compiled kernel when compiled)."""
+    if not (direct and direct_supported(kernel)):
+        _check_call(kernel, len(args), kwargs)
+        return _jit_launch(kernel, grid, args, kwargs)
+    from triton import knobs
+
+    device, current_stream = _current()
+    runtime = knobs.runtime
+    key = (
+        kernel, device, runtime.debug, knobs.compilation.instrumentation_mode,
+        tuple([
+            (a.dtype, a.data_ptr() & 15 == 0) if type(a) is torch.Tensor
+            else (a == 1, a & 15 == 0, _I32[0] <= a < _I32[1], a < 2**63) if type(a) is int
+            else _arg_key(a)
+            for a in args
+        ]),  # _arg_key, with its two commonest cases inline
+        tuple(kwargs.items()),
+    )  # fmt: skip
+    plan = _plans.get(key)
+    if plan is None:
+        _check_call(kernel, len(args), kwargs)
+        compiled = _jit_launch(kernel, grid, args, kwargs)
+        if getattr(compiled, "function", None) is not None:
+            names, _, defaults = _info(kernel)
+            rest = zip(names[len(args) :], defaults[len(args) :], strict=True)
+            tail = tuple(kwargs.get(n, d) for n, d in rest)
+            _plans[key] = (compiled, tail)
+        return compiled
+    compiled, tail = plan
+    stream = current_stream(device)
+    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+    if _idle(enter) and _idle(leave):  # no profiler hooked in: the launcher calls nothing
+        enter = leave = meta = None
+    else:
+        meta = compiled.launch_metadata(grid, stream, *args, *tail)
+    n = len(grid)
+    compiled.run(
+        grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, stream, compiled.function,
+        compiled.packed_metadata, meta, enter, leave, *args, *tail,
+    )  # fmt: skip
+    return compiled

@@ -49,16 +49,18 @@ class _Sm90Driver:
 class _Capture:
     """Stands in for a kernel: `kernel[grid](...)` compiles (warmup) and records the result."""
 
-    def __init__(self, fn, out):
-        self.fn, self.out = fn, out
+    def __init__(self, jit, out):
+        # fn: the kernel's Python function, as a JIT function's own `fn` (launchers read
+        # its signature)
+        self.jit, self.fn, self.out = jit, jit.fn, out
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
             self.out.append(
                 (
-                    self.fn.fn.__name__,
+                    self.fn.__name__,
                     kwargs.get("num_warps"),
-                    self.fn.warmup(*args, grid=grid, **kwargs),
+                    self.jit.warmup(*args, grid=grid, **kwargs),
                 )
             )
 

@@ -5,7 +5,8 @@
 Runs on any machine (CPU tensors, no GPU, no interpreter): each `*_kernel` of the NSA
 modules is replaced by a stub whose launch does nothing, so what is left is the host work
 our code adds around the launches (argument checks, allocations, grid and constexpr
-arithmetic). Triton's own launch cost and the device work are not in it: the suite's
+arithmetic, and `kernels._runtime.launch`'s key: from the second call on, each launch takes
+its direct path). Triton's launcher and the device work are not in it: the suite's
 `track_time_host` on a GPU measures the whole call (docs/benchmarks.md).
 """
 
@@ -18,9 +19,24 @@ import torch
 import triton
 
 
+class _Compiled:
+    """What a compiled kernel shows `kernels._runtime.launch`: its launcher does nothing."""
+
+    function = packed_metadata = "stub"
+
+    def run(self, *args):
+        pass
+
+
 class _Stub:
+    """A JIT function whose launches do nothing; `fn` is the kernel's Python function (the
+    launcher reads its signature)."""
+
+    def __init__(self, jit):
+        self.fn = jit.fn
+
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: None
+        return lambda *args, **kwargs: _Compiled()
 
 
 def main():
@@ -31,13 +47,16 @@ def main():
     args = ap.parse_args()
 
     import kernels.nsa as nsa
+    from kernels import _runtime
     from kernels.nsa import _checks, backward, block_major, forward, inverse, tiles
 
     for mod in (tiles, forward, block_major, backward, inverse):
         for name, obj in list(vars(mod).items()):
             if isinstance(obj, triton.runtime.jit.JITFunction) and name.endswith("_kernel"):
-                setattr(mod, name, _Stub())
+                setattr(mod, name, _Stub(obj))
     _checks._devices = lambda named: None  # CPU tensors stand in for CUDA ones
+    _runtime._current = lambda: (0, lambda device: 0)  # no driver: device 0, stream 0
+    _runtime.direct_supported = lambda kernel: True  # the stubs take the direct path too
 
     B, Hq, Hkv, T, D, bs, S = 1, 16, 4, args.seq_len, 64, 64, 16  # the seed shape
     g = torch.Generator().manual_seed(0)

@@ -65,7 +65,6 @@ from .tiles import (
     LOG2E,
     _tile_rows,
     _tile_slots,
-    launch,
     tile_block_lists,
     tile_config,
     use_for_loop,
@@ -385,7 +384,7 @@ def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale, tu
     # One int32 per tile, written by the plain launch for every tile, read by the SAFE one.
     redo = torch.empty(grid[0] * grid[1], dtype=torch.int32, device=q.device)
     for safe in (False, True):
-        launch(
+        _runtime.launch(
             _sel_bwd_dq_kernel, grid,
             q, k, v, block_idx, lists, counts, o, do, lse, delta,
             delta if lse_lo is None else lse_lo, dq, redo,
@@ -393,7 +392,7 @@ def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale, tu
             S=dims.S, D=dims.D, BS=block_size, S_PAD=_runtime.next_pow2(dims.S),
             BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(), SAFE=safe,
             RENORM=renorm,
-            num_warps=bt.dq_warps, num_stages=bt.dq_stages,
+            direct=tuning.direct_launch, num_warps=bt.dq_warps, num_stages=bt.dq_stages,
         )  # fmt: skip
     return dq, delta, lse_lo
 
@@ -412,19 +411,20 @@ def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scal
     seg_block, seg_start, part_start, n_part = segments
     BH = dims.B * dims.Hkv
     part = _checks.new_empty((BH, n_part, 2, block_size, dims.D), torch.float32, q.device)
-    launch(
+    _runtime.launch(
         _sel_bwd_dkdv_kernel, (seg_block.shape[1], BH),
         q, k, v, do, lse, delta, delta if lse_lo is None else lse_lo, row_ptr, col, seg_block,
         seg_start, part_start, part, dk, dv,
         dims.T, dims.NB, seg_block.shape[1], n_part, seg_len, dims.Hq, dims.G, qk_scale,
         dims.scale, S=dims.S, D=dims.D, BS=block_size, BLOCK_Q=block_q, BLOCK_G=block_g,
         PREC=prec, FOR_LOOP=use_for_loop(), RENORM=lse_lo is not None,
-        num_warps=bt.dkdv_warps,
+        direct=tuning.direct_launch, num_warps=bt.dkdv_warps,
         num_stages=bt.dkdv_stages,
     )  # fmt: skip
-    _sel_bwd_reduce_kernel[(dims.NB, BH)](
+    _runtime.launch(
+        _sel_bwd_reduce_kernel, (dims.NB, BH),
         seg_start, part_start, part, dk, dv, dims.T, dims.NB, n_part, dims.scale,
-        D=dims.D, BS=block_size, num_warps=4,
+        D=dims.D, BS=block_size, direct=tuning.direct_launch, num_warps=4,
     )  # fmt: skip
     return dk, dv
 

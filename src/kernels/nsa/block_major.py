@@ -496,7 +496,7 @@ def block_lists(
             its block (the causal mask matters), else 2 * block; -1 past the lists.
     Two kernel launches (and the fills of col and code when not given), no host sync.
     """
-    t = resolve(tuning).block_major
+    t, direct = resolve(tuning).block_major, resolve(tuning).direct_launch
     B, Hkv, T, S = block_idx.shape
     BH, NL, dev = B * Hkv, hist.shape[1], block_idx.device
     NB = _runtime.cdiv(T, block_size)
@@ -507,14 +507,18 @@ def block_lists(
         col = torch.full((BH, L), -1, dtype=torch.int32, device=dev)  # -1: padding
     if code is None:
         code = torch.full((BH, _runtime.cdiv(L, chunk)), -1, dtype=torch.int32, device=dev)
-    _prefix_kernel[(BH,)](hist, row_ptr, NL, CHUNK=chunk, PB=t.prefix_block, num_warps=4)
+    _runtime.launch(
+        _prefix_kernel, (BH,), hist, row_ptr, NL, CHUNK=chunk, PB=t.prefix_block,
+        direct=direct, num_warps=4,
+    )  # fmt: skip
     G = part_l.shape[3]
-    _fill_kernel[(counts.shape[1], BH)](
+    _runtime.launch(
+        _fill_kernel, (counts.shape[1], BH),
         block_idx, counts, hist, row_ptr, col, code, part_l, T, NB, NW,
         window_tiles(counts.shape[1], NW), L, code.shape[1], min_blocks, G,
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=_runtime.next_pow2(block_t * S),
         CHUNK=chunk, KEY64=(NB + 1) * _runtime.next_pow2(block_t * S) > t.fill_key32_max,
-        BLOCK_G=_runtime.next_pow2(G), num_warps=t.fill_warps,
+        BLOCK_G=_runtime.next_pow2(G), direct=direct, num_warps=t.fill_warps,
     )  # fmt: skip
     return row_ptr, col, code
 
@@ -537,7 +541,7 @@ def block_major_forward(
         block_t: tokens per tile (the forward's); qk_scale: softmax scale * log2(e).
         tuning: the forward's `NsaTuning`; its block_major settings apply.
     """
-    t = tuning.block_major
+    t, direct = tuning.block_major, tuning.direct_launch
     BH = dims.B * dims.Hkv
     block_g = _runtime.next_pow2(dims.G)
     prec = "ieee" if q.dtype == torch.float32 else "tf32"
@@ -553,7 +557,8 @@ def block_major_forward(
     if t.partial_waves is not None:
         n_chunks = min(n_chunks, _runtime.cdiv(t.partial_waves * _multiprocessors(q.device), BH))
     interpreted = _runtime.interpreter_active()
-    _partial_kernel[(n_chunks, BH)](
+    _runtime.launch(
+        _partial_kernel, (n_chunks, BH),
         q, k, v, row_ptr, col, code, part_o, part_l, flags, dims.T, n_lists, dims.Hq, dims.G,
         col.shape[1], code.shape[1], counts.shape[1], qk_scale, S=dims.S, D=dims.D,
         BS=dims.block_size, CHUNK=chunk, BLOCK_G=block_g, BLOCK_T=block_t, PREC=prec,
@@ -563,16 +568,17 @@ def block_major_forward(
         OFF64=dims.T * dims.S * block_g * dims.D > t.partial_off32_max, EVEN_G=dims.G == block_g,
         FAST=t.partial_fast_math and not interpreted,
         EVICT=t.partial_store_evict,
-        num_warps=t.partial_warps,
+        direct=direct, num_warps=t.partial_warps,
     )  # fmt: skip
     n_tiles = counts.shape[1]
     n_comb = n_tiles
     if t.combine_waves is not None:
         n_comb = min(n_tiles, _runtime.cdiv(t.combine_waves * _multiprocessors(q.device), BH))
     walk = _runtime.next_pow2(_runtime.cdiv(n_tiles, n_comb))
-    _combine_kernel[(n_comb, BH)](
+    _runtime.launch(
+        _combine_kernel, (n_comb, BH),
         counts, part_o, part_l, o, lse, dims.T, dims.Hq, dims.G, min_blocks, n_tiles,
         S=dims.S, D=dims.D, BLOCK_T=block_t, BLOCK_G=block_g,
         WALK=walk if walk <= t.combine_precheck_tiles else 0,
-        num_warps=t.combine_warps,
+        direct=direct, num_warps=t.combine_warps,
     )  # fmt: skip

@@ -69,7 +69,6 @@ from .tiles import (
     LOG2E,
     _tile_rows,
     _tile_slots,
-    launch,
     tile_block_lists,
     tile_config,
     use_for_loop,
@@ -345,13 +344,14 @@ def selection_forward_triton(
     if side is not None:
         side.wait_stream(main)  # the tile lists and counts, written on `main`
     with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
-        launch(
+        _runtime.launch(
             _sel_fwd_kernel, grid, q, k, v, block_idx, lists, counts, o, lse, flags,
             dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,
             S=dims.S, D=dims.D, BS=block_size, S_PAD=_runtime.next_pow2(dims.S),
             BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(),
             SKIP_BLOCK_TILES=hist is not None,
-            num_warps=ft.num_warps, num_stages=forward_stages(block_t, tuning),
+            direct=tuning.direct_launch, num_warps=ft.num_warps,
+            num_stages=forward_stages(block_t, tuning),
         )  # fmt: skip
     if hist is not None:
         block_major.block_major_forward(
@@ -362,12 +362,12 @@ def selection_forward_triton(
         # Join: everything after the call on `main` (and the caching allocator's reuse of
         # this call's temporaries, which were allocated on `main`) waits for the tile kernel.
         main.wait_stream(side)
-    launch(
+    _runtime.launch(
         _sel_fwd_fix_kernel, (_runtime.cdiv(grid[0], ft.fix_tiles), grid[1]),
         q, k, v, block_idx, lists, counts, o, lse, flags,
         dims.T, dims.NB, dims.Hq, dims.G, qk_scale, grid[0],
         S=dims.S, D=dims.D, BS=block_size, S_PAD=_runtime.next_pow2(dims.S),
         BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(), FIX=ft.fix_tiles,
-        num_warps=ft.num_warps, num_stages=1,
+        direct=tuning.direct_launch, num_warps=ft.num_warps, num_stages=1,
     )  # fmt: skip
     return (o, lse) if return_lse else o

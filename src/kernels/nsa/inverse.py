@@ -173,7 +173,7 @@ def inverted_lists(block_idx, block_size, unique=True, seg_len=None, tuning=None
     seg_start and part_start int32 [BH, NB + 1], and n_part = max(1, 2 * T * S // seg_len)
     partial slots per (b, kv head) (a split list has count > seg_len, so its
     cdiv(count, seg_len) < 2 * count / seg_len slots). block_idx: checked by the caller."""
-    t = resolve(tuning).backward
+    t, direct = resolve(tuning).backward, resolve(tuning).direct_launch
     B, Hkv, T, S = block_idx.shape
     NB = _runtime.cdiv(T, block_size)
     BH, dev = B * Hkv, block_idx.device
@@ -183,14 +183,17 @@ def inverted_lists(block_idx, block_size, unique=True, seg_len=None, tuning=None
     key64 = (NB + 2) * tt > 2**31 - 1
     keys = torch.empty(BH, n_tiles * l_pad, dtype=torch.int64 if key64 else torch.int32, device=dev)
     hist = torch.empty(BH, n_tiles, NB + 1, dtype=torch.int32, device=dev)
-    _inv_sort_kernel[(n_tiles, BH)](
+    _runtime.launch(
+        _inv_sort_kernel, (n_tiles, BH),
         block_idx, keys, hist, T, NB, S=S, BS=block_size, TT=tt, L_PAD=l_pad,
-        ZB=t.invert_prefix_block, UNIQUE=unique, KEY64=key64, num_warps=t.invert_warps,
+        ZB=t.invert_prefix_block, UNIQUE=unique, KEY64=key64,
+        direct=direct, num_warps=t.invert_warps,
     )  # fmt: skip
     total = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
     jb = t.invert_scan_buckets
-    _inv_scan_kernel[(_runtime.cdiv(NB + 1, jb), BH)](
-        hist, total, NB, n_tiles, JB=jb, TB=t.invert_scan_tiles, num_warps=4
+    _runtime.launch(
+        _inv_scan_kernel, (_runtime.cdiv(NB + 1, jb), BH),
+        hist, total, NB, n_tiles, JB=jb, TB=t.invert_scan_tiles, direct=direct, num_warps=4,
     )  # fmt: skip
     row_ptr = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
     segments = None
@@ -203,13 +206,16 @@ def inverted_lists(block_idx, block_size, unique=True, seg_len=None, tuning=None
         seg_start = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
         part_start = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
         segments = (seg_block, seg_start, part_start, max(1, 2 * T * S // seg_len))
-    _inv_ptr_kernel[(BH,)](
+    _runtime.launch(
+        _inv_ptr_kernel, (BH,),
         total, row_ptr, seg_block, seg_start, part_start, NB, n_seg, seg_len or 1,
-        PB=t.invert_prefix_block, SPLIT=seg_len is not None, num_warps=4,
+        PB=t.invert_prefix_block, SPLIT=seg_len is not None, direct=direct, num_warps=4,
     )  # fmt: skip
     col = torch.empty(BH, T * S, dtype=torch.int32, device=dev)
-    _inv_fill_kernel[(n_tiles, BH)](
-        keys, hist, row_ptr, col, T, NB, S=S, TT=tt, L_PAD=l_pad, num_warps=t.invert_warps
+    _runtime.launch(
+        _inv_fill_kernel, (n_tiles, BH),
+        keys, hist, row_ptr, col, T, NB, S=S, TT=tt, L_PAD=l_pad,
+        direct=direct, num_warps=t.invert_warps,
     )  # fmt: skip
     return row_ptr, col, segments
 

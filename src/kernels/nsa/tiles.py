@@ -149,19 +149,21 @@ def tile_block_lists(
         counts: int32 [B * Hkv, n_tiles].
     One kernel launch, no host sync.
     """
+    tuning = resolve(tuning)
     B, Hkv, T, S = block_idx.shape
     n_tiles, NB = _runtime.cdiv(T, block_t), _runtime.cdiv(T, block_size)
     lists = torch.empty(B * Hkv, n_tiles, block_t * S, dtype=torch.int32, device=block_idx.device)
     counts = torch.empty(B * Hkv, n_tiles, dtype=torch.int32, device=block_idx.device)
     NW = 1 if hist is None else hist.shape[1] // NB
     l_pad = _runtime.next_pow2(block_t * S)
-    _tile_list_kernel[(n_tiles, B * Hkv)](
+    _runtime.launch(
+        _tile_list_kernel, (n_tiles, B * Hkv),
         block_idx, lists, counts, counts if hist is None else hist,
         counts if flags is None else flags, T, NB, n_tiles, min_blocks,
         NW, window_tiles(n_tiles, NW),
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=l_pad,
         USE_HIST=hist is not None, ZERO_FLAG=flags is not None,
-        num_warps=resolve(tuning).forward.tile_list_warps,
+        direct=tuning.direct_launch, num_warps=tuning.forward.tile_list_warps,
     )  # fmt: skip
     return lists, counts
 
@@ -179,19 +181,6 @@ def _flag_nonfinite(FLAG, o_tile, b_x, rows):
     bad = ~(tl.abs(b_row) < float("inf")) & rows
     tl.store(FLAG + o_tile + tl.zeros(b_row.shape, tl.int32), tl.full(b_row.shape, 1, tl.int32),
              mask=bad)  # fmt: skip
-
-
-def launch(kernel, grid, *args, num_stages, **kwargs):
-    """kernel[grid](*args, ...) with num_stages software-pipeline stages, or fewer when their
-    shared memory does not fit (large D and block_size): that check fails when the kernel is
-    loaded, before anything runs, so retrying is safe."""
-    while True:
-        try:
-            return kernel[grid](*args, num_stages=num_stages, **kwargs)
-        except triton.runtime.errors.OutOfResources:
-            if num_stages <= 1:
-                raise
-            num_stages -= 1
 
 
 def tile_config(G, dtype, rows):

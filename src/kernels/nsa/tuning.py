@@ -125,6 +125,9 @@ class NsaTuning:
     forward: ForwardTuning = field(default_factory=ForwardTuning)
     block_major: BlockMajorTuning = field(default_factory=BlockMajorTuning)
     backward: BackwardTuning = field(default_factory=BackwardTuning)
+    # Repeated launches skip Triton's JIT dispatch (`kernels._runtime.launch`); False sends
+    # every launch through `kernel[grid](...)`. Results are the same either way.
+    direct_launch: bool = True
 
 
 DEFAULT = NsaTuning()
@@ -142,9 +145,10 @@ def resolve(tuning):
 def with_fields(base=None, **fields):
     """`base` (None: DEFAULT) with the named fields replaced (`dataclasses.replace` on the
     group of each: forward, block_major or backward; field names are unique across the
-    groups), e.g. `with_fields(tile_rows=32, dq_rows=16)`. An unknown name is refused."""
+    groups; `direct_launch` is NsaTuning's own), e.g. `with_fields(tile_rows=32,
+    dq_rows=16)`. An unknown name is refused."""
     base = resolve(base)
-    groups = {}
+    groups = {n: fields.pop(n) for n in ("direct_launch",) if n in fields}
     for group in ("forward", "block_major", "backward"):
         sub = getattr(base, group)
         mine = {f.name: fields.pop(f.name) for f in dataclasses.fields(sub) if f.name in fields}
