@@ -60,6 +60,7 @@ def run(tag, out, points, device):
             host = statistics.median(common.host_seconds([fn], OPS[call], samples=5)) * 1e6
             times[f"{point} {call}"] = (graph, host)
             print(f"{tag} {point:>14} {call}: graph {graph:8.1f} us, host {host:7.1f} us")
+    Path(out).mkdir(parents=True, exist_ok=True)
     torch.save({"outputs": saved, "times": times}, Path(out) / f"{tag}.pt")
 
 
