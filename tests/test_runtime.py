@@ -128,8 +128,16 @@ def test_launch_misses_where_triton_would_specialize_differently(fake, change):
 
 def test_launch_same_specialization_shares_a_plan(fake):
     """Values that Triton does not specialize on (other ints of the same class, floats,
-    another aligned tensor) reuse the compiled kernel."""
+    another aligned tensor) reuse the compiled kernel: no plan is keyed on an address, and
+    none holds an input."""
+    before = len(_runtime._plans)
     _runtime.launch(fake, (1,), torch.zeros(8), 5, 0.5, True, BLOCK=16)
+    for _ in range(5):  # fresh storage each time
+        _runtime.launch(fake, (1,), torch.zeros(8), 9, 1.5, True, BLOCK=16)
+    assert len(_runtime._plans) == before + 1 and len(fake.jit_calls) == 1
+    for key, (_, tail) in _runtime._plans.items():
+        assert not any(isinstance(x, torch.Tensor) for x in (*key[4], *tail))
+    fake.runs.clear()
     y = torch.zeros(4)
     _runtime.launch(fake, (3,), y, 7, 2.5, True, BLOCK=16)
     assert len(fake.jit_calls) == 1
