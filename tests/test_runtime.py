@@ -245,14 +245,12 @@ def test_nsa_direct_launches_match_the_jit_path_bit_for_bit(pattern):
 
     B, Hq, Hkv, T, D, bs, S = 1, 16, 4, 1000, 64, 64, 8
     g = torch.Generator(device="cuda").manual_seed(3)
-    q, k, v, do = (
-        torch.randn(B, n, T, D, device="cuda", dtype=torch.bfloat16, generator=g)
-        for n in (Hq, Hkv, Hkv, Hq)
-    )
-    if pattern == "recent":
-        idx = make_block_idx_recent(B, Hkv, T, bs, S, device="cuda")
-    else:
-        idx = make_block_idx_random(B, Hkv, T, bs, S, device="cuda", seed=3)
+    heads = torch.randn(B, 2 * (Hq + Hkv), T, D, device="cuda", generator=g).bfloat16()
+    q, k, v, do = (x.contiguous() for x in heads.split([Hq, Hkv, Hkv, Hq], dim=1))
+    idx = (
+        make_block_idx_recent(B, Hkv, T, bs, S, device="cuda") if pattern == "recent"
+        else make_block_idx_random(B, Hkv, T, bs, S, device="cuda", seed=3)
+    )  # fmt: skip
 
     def run(q, tuning=None):
         o, lse = selection_forward_triton(q, k, v, idx, bs, return_lse=True, tuning=tuning)
