@@ -151,6 +151,13 @@ def test_launch_direct_false_always_takes_the_jit_path(fake):
     assert len(fake.jit_calls) == 3 and fake.runs == []
 
 
+def test_launch_grid_functions_always_take_the_jit_path(fake):
+    grid = lambda meta: (2,)  # noqa: E731
+    for _ in range(3):
+        _runtime.launch(fake, grid, torch.zeros(8), 5, 0.5, True, BLOCK=16)
+    assert len(fake.jit_calls) == 3 and fake.runs == []
+
+
 def test_launch_passes_metadata_when_a_hook_is_set(fake, monkeypatch):
     from triton import knobs
 

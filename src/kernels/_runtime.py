@@ -140,13 +140,14 @@ def _jit_launch(kernel, grid, args, kwargs):
 
 
 def launch(kernel, grid, *args, direct=True, **kwargs):
-    """Launch the JIT function `kernel` on `grid` (a tuple of 1-3 ints) as
+    """Launch the JIT function `kernel` on `grid` (a tuple of 1-3 ints; any other grid,
+    such as a function of the meta-parameters, always takes the JIT path) as
     `kernel[grid](*args, **kwargs)` does: runtime arguments by position, constexprs and
     options (num_warps, num_stages, ...) by keyword. With `direct` (and `direct_supported()`),
     a call site's second and later launches with the same key skip the JIT dispatch (module
     comment above). A num_stages whose shared memory does not fit is lowered to one that
     does. Returns what `kernel[grid](...)` returns (the compiled kernel when compiled)."""
-    if not (direct and direct_supported(kernel)):
+    if not (direct and type(grid) is tuple and direct_supported(kernel)):
         _check_call(kernel, len(args), kwargs)
         return _jit_launch(kernel, grid, args, kwargs)
     from triton import knobs
