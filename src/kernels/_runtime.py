@@ -6,6 +6,12 @@ import os
 
 import torch
 import triton
+from triton.runtime import driver as _driver
+
+try:
+    from triton import knobs as _knobs
+except ImportError:  # a Triton before knobs: no direct launches (`_direct_version`)
+    _knobs = None
 
 
 def interpreter_active():
@@ -53,9 +59,10 @@ def _direct_version():
     """Whether the installed Triton's launcher convention is one `launch` was checked
     against (DIRECT_TRITON)."""
     try:
-        return tuple(int(x) for x in triton.__version__.split(".")[:2]) in DIRECT_TRITON
+        version = tuple(int(x) for x in triton.__version__.split(".")[:2])
     except ValueError:
         return False
+    return _knobs is not None and version in DIRECT_TRITON
 
 
 def direct_supported(kernel):
@@ -111,17 +118,10 @@ def _check_call(kernel, n_args, kwargs):
             raise TypeError(f"{_name(kernel)}: pass runtime argument {name!r} by position")
 
 
-def _idle(hook):
-    """A launch hook that would call nothing: None, or an empty chain (Triton's HookChain)."""
-    return hook is None or getattr(hook, "calls", None) == []
-
-
 def _current():
     """(current device, the function giving a device's current stream) of Triton's active
     driver: the device and stream the JIT path launches on."""
-    from triton.runtime import driver
-
-    drv = driver.active
+    drv = _driver.active
     return drv.get_current_device(), drv.get_current_stream
 
 
@@ -150,12 +150,10 @@ def launch(kernel, grid, *args, direct=True, **kwargs):
     if not (direct and type(grid) is tuple and direct_supported(kernel)):
         _check_call(kernel, len(args), kwargs)
         return _jit_launch(kernel, grid, args, kwargs)
-    from triton import knobs
-
     device, current_stream = _current()
-    runtime = knobs.runtime
+    runtime = _knobs.runtime
     key = (
-        kernel, device, runtime.debug, knobs.compilation.instrumentation_mode,
+        kernel, device, runtime.debug, _knobs.compilation.instrumentation_mode,
         tuple([
             (a.dtype, a.data_ptr() & 15 == 0) if type(a) is torch.Tensor
             else (a == 1, a & 15 == 0, _I32[0] <= a < _I32[1], a < 2**63) if type(a) is int
@@ -177,7 +175,8 @@ def launch(kernel, grid, *args, direct=True, **kwargs):
     compiled, tail = plan
     stream = current_stream(device)
     enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
-    if _idle(enter) and _idle(leave):  # no profiler hooked in: the launcher calls nothing
+    # No profiler hooked in (each hook None or an empty HookChain): the launcher calls nothing.
+    if not (getattr(enter, "calls", enter) or getattr(leave, "calls", leave)):
         enter = leave = meta = None
     else:
         meta = compiled.launch_metadata(grid, stream, *args, *tail)
