@@ -51,9 +51,14 @@ def test_patch_applies_to_current_source_and_only_adds_lines(kernel):
     k = gs.KERNELS[kernel]
     text = gs.patch_source(source(kernel), k.hunks, 37)
     compile(text, k.path, "exec")
-    assert NEVER in text
-    if kernel.endswith("_loop"):  # the amount is an argument of the one compiled kernel
-        assert "37.0,  # gate_steps" in text and " < gate_steps:" in text
+    if k.kind == "host":  # work in the wrapper: a spin of 37 us, or 37 more launches
+        assert gs.HOST_MARK in text and ("37 * 1e-6" in text or "range(37)" in text)
+    else:
+        assert NEVER in text
+    if k.kind == "host":
+        pass
+    elif kernel.endswith("_loop"):  # the amount is an argument of the one compiled kernel
+        assert "37.0,  # gate_steps" in text and re.search(r"while \w+ < .*gate_steps", text)
     else:
         assert "EXTRA=37," in text and "range(EXTRA)" in text
     original = source(kernel).splitlines()
@@ -102,6 +107,96 @@ def test_patched_nsa_forward_writes_the_same_bytes(kernel, tmp_path, device):
     assert not torch.equal(lse3, lse_ref) and not torch.equal(lse3, lse0)
 
 
+def test_paper_only_patch_runs_its_steps_at_the_paper_group_only(tmp_path, device):
+    """nsa_paper_loop: the same bytes at G=4 and G=16; with the store forced on, what it
+    stores depends on the amount at G=16 (the steps ran) and not at G=4 (they did not)."""
+    from kernels import nsa
+
+    for Hq, ran in ((4, False), (16, True)):
+        B, Hkv, T, D, bs, S = 1, 1, 40, 32, 16, 3
+        gen = torch.Generator(device=device).manual_seed(3)
+        q, k, v = (torch.randn(B, h, T, D, generator=gen, device=device) for h in (Hq, Hkv, Hkv))
+        idx = nsa.make_block_idx_random(B, Hkv, T, bs, S, device, 5)
+
+        def run(mod):
+            return mod.selection_forward_triton(q, k, v, idx, bs, return_lse=True)
+
+        o_ref, lse_ref = run(nsa.forward)
+        o, lse = run(load("nsa_paper_loop", 3, tmp_path))
+        assert torch.equal(o, o_ref) and torch.equal(lse, lse_ref)
+        _, lse3 = run(load("nsa_paper_loop", 3, tmp_path, forced=True))
+        _, lse0 = run(load("nsa_paper_loop", 0, tmp_path, forced=True))
+        assert not torch.equal(lse3, lse_ref)
+        assert torch.equal(lse3, lse0) != ran, Hq
+
+
+def test_patched_nsa_backward_writes_the_same_bytes(tmp_path, device):
+    """nsa_bwd_loop: dq, dk and dv bit for bit; forced, the extra result lands in dv."""
+    from kernels import nsa
+
+    B, Hq, Hkv, T, D, bs, S = 1, 4, 1, 40, 32, 16, 3
+    gen = torch.Generator(device=device).manual_seed(3)
+    q, k, v, do = (
+        torch.randn(B, h, T, D, generator=gen, device=device) for h in (Hq, Hkv, Hkv, Hq)
+    )
+    idx = nsa.make_block_idx_random(B, Hkv, T, bs, S, device, 5)
+    o, lse = nsa.selection_forward_triton(q, k, v, idx, bs, return_lse=True)
+
+    def run(mod):
+        return mod.selection_backward_triton(q, k, v, idx, bs, do, o, lse)
+
+    ref = run(nsa.backward)
+    for got, want in zip(run(load("nsa_bwd_loop", 3, tmp_path)), ref, strict=True):
+        assert torch.equal(got, want)
+    dq, dk, dv = run(load("nsa_bwd_loop", 3, tmp_path, forced=True))
+    assert torch.equal(dq, ref[0]) and torch.equal(dk, ref[1]) and not torch.equal(dv, ref[2])
+
+
+def test_host_patches_leave_the_results_and_add_host_work(tmp_path, device):
+    """nsa_host spins on the host clock for EXTRA us (a counting clock stands in for the
+    module's `time`); nsa_launch adds EXTRA launches of its kernel, whose store lands in
+    lse only when forced."""
+    from kernels import nsa
+
+    B, Hq, Hkv, T, D, bs, S = 1, 4, 1, 40, 32, 16, 3
+    gen = torch.Generator(device=device).manual_seed(3)
+    q, k, v = (torch.randn(B, h, T, D, generator=gen, device=device) for h in (Hq, Hkv, Hkv))
+    idx = nsa.make_block_idx_random(B, Hkv, T, bs, S, device, 5)
+
+    def run(mod):
+        return mod.selection_forward_triton(q, k, v, idx, bs, return_lse=True)
+
+    o_ref, lse_ref = run(nsa.forward)
+    mod = load("nsa_host", 37, tmp_path)
+    reads = []
+
+    def clock():
+        reads.append(1)
+        return len(reads) * 1e-6
+
+    mod.time = SimpleNamespace(perf_counter=clock)
+    o, lse = run(mod)
+    assert torch.equal(o, o_ref) and torch.equal(lse, lse_ref)
+    assert 37 <= len(reads) <= 39  # the end time, then one read per microsecond
+
+    mod = load("nsa_launch", 3, tmp_path)
+    o, lse = run(mod)
+    assert torch.equal(o, o_ref) and torch.equal(lse, lse_ref)
+    launches = []
+    real = mod._gate_extra_kernel
+
+    class Count:
+        def __getitem__(self, grid):
+            launches.append(grid)
+            return real[grid]
+
+    mod._gate_extra_kernel = Count()
+    run(mod)
+    assert launches == [(1,)] * 3
+    _, lse = run(load("nsa_launch", 3, tmp_path, forced=True))
+    assert lse.flatten()[0] == 0 and not torch.equal(lse, lse_ref)
+
+
 @pytest.mark.parametrize("kernel", ["kda", "kda_ahead", "kda_loop"])
 def test_patched_kda_fused_verify_writes_the_same_bytes(kernel, tmp_path):
     """Every KDA slow-down patch (after the stores; ahead of the state accesses, the amount
@@ -133,6 +228,32 @@ def test_patched_kda_fused_verify_writes_the_same_bytes(kernel, tmp_path):
     assert not torch.equal(o_forced, o_ref)
 
 
+def test_patched_kda_unfused_recurrent_writes_the_same_bytes(tmp_path):
+    """kda_unfused_loop: every buffer of the unfused ring mode bit for bit; forced, o
+    changes."""
+    import kernels.kda as kkda
+    from benchmarks import kda as bkda
+
+    B, H, HV = 1, 1, 2
+
+    def run(fn):
+        x = bkda.make_inputs(B, H, HV, "unfused+ring", seed=4)
+        api = SimpleNamespace(
+            module=kkda, causal_conv1d_update=kkda.causal_conv1d_update,
+            fused_sigmoid_gating_delta_rule_update=fn,
+        )  # fmt: skip
+        return bkda.make_call(api, "unfused+ring", x, B, H, HV, -5.0)(), x
+
+    o_ref, x_ref = run(kkda.fused_sigmoid_gating_delta_rule_update)
+    o, x = run(load("kda_unfused_loop", 3, tmp_path).fused_sigmoid_gating_delta_rule_update)
+    assert torch.equal(o, o_ref)
+    for name, t in x_ref.items():
+        assert torch.equal(x[name], t), name
+    forced = load("kda_unfused_loop", 3, tmp_path, forced=True)
+    o_forced, _ = run(forced.fused_sigmoid_gating_delta_rule_update)
+    assert not torch.equal(o_forced, o_ref)
+
+
 def test_regex_selects_the_kernels_points():
     nsa, kda = gs.KERNELS["nsa"].regex, gs.KERNELS["kda"].regex
     assert re.search(nsa, "nsa.NsaForward.track_time(32768, 'triton', 'seed', 'recent')")
@@ -142,6 +263,19 @@ def test_regex_selects_the_kernels_points():
     assert re.search(kda, "kda.KdaVerify.track_time(1, 'fused', 'safe', 'H8-HV8')")
     assert not re.search(kda, "kda.KdaVerify.track_time(1, 'unfused+ring', 'safe', 'H8-HV8')")
     assert not re.search(kda, "kda.KdaVerify.track_peak_vram_bytes(1, 'fused', 'safe', 'H8-HV8')")
+    bwd, unfused = gs.KERNELS["nsa_bwd_loop"].regex, gs.KERNELS["kda_unfused_loop"].regex
+    assert re.search(bwd, "nsa.NsaBackward.track_time(4096, 'triton', 'seed', 'recent')")
+    assert not re.search(bwd, "nsa.NsaForward.track_time(4096, 'triton', 'seed', 'recent')")
+    assert re.search(unfused, "kda.KdaVerify.track_time(1, 'unfused+ring', 'safe', 'H8-HV8')")
+    assert not re.search(unfused, "kda.KdaVerify.track_time(1, 'fused', 'safe', 'H8-HV8')")
+    host = gs.KERNELS["nsa_host"].regex
+    for method in ("track_time", "track_time_eager", "track_time_host"):
+        assert re.search(host, f"nsa.NsaForward.{method}(4096, 'triton', 'seed', 'recent')")
+    both = gs.regex_of(["nsa_loop", "kda_loop"])
+    assert re.search(both, "nsa.NsaForward.track_time(32768, 'triton', 'seed', 'recent')")
+    assert re.search(both, "kda.KdaVerify.track_time(1, 'fused', 'safe', 'H8-HV8')")
+    assert not re.search(both, "nsa.NsaBackward.track_time(4096, 'triton', 'seed', 'recent')")
+    assert gs.regex_of(["nsa"]) == nsa
 
 
 def test_measure_point_alternates_the_order_of_the_variants():
@@ -306,6 +440,15 @@ def test_scratch_repository_and_slow_commit(tmp_path):
     assert gs.git(repo, "show", f"{head}:{path}") + "\n" == want
     assert (repo / path).read_text() == source("kda")  # the working tree is untouched
     assert gs.git(repo, "status", "--porcelain", "--untracked-files=no") == ""
+    # Two kernel families in one commit, each file patched with its own amount.
+    both = gs.slow_commit(repo, "nsa_loop", 5, "kda_loop", 7)
+    paths = {gs.KERNELS[k].path: (k, e) for k, e in (("nsa_loop", 5), ("kda_loop", 7))}
+    assert set(gs.git(repo, "diff", "--name-only", base, both).split()) == set(paths)
+    for p, (k, e) in paths.items():
+        want = gs.patch_source(source(k), gs.KERNELS[k].hunks, e)
+        assert gs.git(repo, "show", f"{both}:{p}") + "\n" == want
+    with pytest.raises(ValueError, match="one per patched file"):
+        gs.slow_commit(repo, "nsa_loop", 5, "nsa_host", 7)  # both patch forward.py
 
 
 @pytest.mark.slow

@@ -8,14 +8,18 @@ GPU host and docs/measurement.md ("Not yet shown") says what each result answers
     clone DIR                scratch repository of the working tree: commit `gate-base`, then
                              `gate-aa` (base + a docs-only commit), and two asv configurations
                              (gate.conf.json, noise.conf.json) with separate results dirs
-    slow DIR KERNEL EXTRA    commit base + KERNEL's slow-down patch with EXTRA steps (branch
-                             gate-slow-KERNEL-EXTRA, working tree untouched); prints the hash
+    slow DIR KERNEL EXTRA [KERNEL EXTRA ...]
+                             commit base + KERNEL's slow-down patch with EXTRA steps (branch
+                             gate-slow-KERNEL-EXTRA, working tree untouched), more pairs in the
+                             same commit (kernels of different files); prints the hash
     calibrate KERNEL --out F per-call slowdown of the patched kernel at every gated point of
-                             its benchmark class, measured directly (CUDA-graph replay through
-                             benchmarks.common.per_call_seconds), and the EXTRA amounts that
+                             its benchmark class, measured directly (the class's own timing
+                             methods: CUDA-graph replay, and for a host-side patch the eager
+                             and host figures too), and the EXTRA amounts that
                              come closest to the target slowdowns; checks that the patched
                              kernel's output is bitwise the original's
-    amounts F / regex KERNEL the chosen EXTRA amounts of a calibration file / the asv -b regex
+    amounts F / regex KERNEL [KERNEL ...]
+                             the chosen EXTRA amounts of a calibration file / the asv -b regex
     rounds / noise           process rounds held by, and the CV table of, `asv run
                              --append-samples` results of one commit
     record KIND LOG ...      one `asv continuous` try: rows flagged in its output (parsed) and
@@ -25,11 +29,16 @@ GPU host and docs/measurement.md ("Not yet shown") says what each result answers
     summary DIR [DIR ...]    summary.md from everything in the study directories (their
                              records concatenated); --factors adds a post-hoc factor sweep
 
-KERNEL is `nsa` or `nsa_loop` (the NSA selection forward, benchmark class nsa.NsaForward),
-`kda`, `kda_ahead` or `kda_loop` (the fused KDA verify, kda.KdaVerify; slowed in different
-ways, see below). The slow-down patch adds, inside the Triton kernel, EXTRA dependent fp32
-multiply-adds per program after its own stores; their result is stored only when a new
-runtime float argument is positive, and the wrapper always passes 0.0 (`kda_ahead`: the
+KERNEL is `nsa` or `nsa_loop` (the NSA selection forward, benchmark class nsa.NsaForward;
+`nsa_paper_loop` slows it at the paper preset only), `nsa_bwd_loop` (the NSA backward's
+dk/dv kernel, nsa.NsaBackward), `kda`, `kda_ahead` or `kda_loop` (the fused KDA verify,
+kda.KdaVerify; slowed in different ways, see below), `kda_unfused_loop` (the unfused pair's
+recurrent kernel, kda.KdaVerify's unfused modes), or a host-side slow-down of the NSA
+forward wrapper, which the graph figure must not see and the eager and host figures must:
+`nsa_host` (EXTRA microseconds of Python per call) and `nsa_launch` (EXTRA more launches of
+a one-program kernel). A device slow-down patch adds, inside the Triton kernel, EXTRA
+dependent fp32 multiply-adds per program after its own stores; their result is stored only
+when a new runtime float argument is positive, and the wrapper always passes 0.0 (`kda_ahead`: the
 chain runs first and every state access waits for a test of its result that holds while
 that argument is 0.0; `nsa_loop`, `kda_loop`: after the stores, the amount a runtime
 argument, so that every amount runs one compiled kernel). Triton
@@ -220,6 +229,89 @@ KDA_LOOP_HUNKS = (
 )
 
 
+# The unfused KDA pair slowed in its recurrent kernel, the same way (`kda_unfused_loop`):
+# KDA_LOOP_HUNKS with the chain at the end of `_recurrent_verify_kernel`.
+KDA_UNFUSED_LOOP_HUNKS = (
+    KDA_LOOP_HUNKS[0],
+    replace(KDA_LOOP_HUNKS[1], anchor="def fused_sigmoid_gating_delta_rule_update("),
+    KDA_LOOP_HUNKS[2],
+)
+
+# The NSA forward slowed at the paper preset only (`nsa_paper_loop`): nsa_loop's chain, run
+# only where the group exceeds 8 query heads per kv head (paper: 16; seed: 4).
+NSA_PAPER_LOOP_HUNKS = (
+    NSA_LOOP_HUNKS[0],
+    replace(
+        NSA_LOOP_HUNKS[1],
+        text=NSA_LOOP_HUNKS[1]
+        .text.replace("while n_x < gate_steps:", "while n_x < tl.where(G > 8, gate_steps, 0.0):")
+        .replace("per row of the tile, in every\n", "per row of the tile at G > 8, in every\n"),
+    ),
+    NSA_LOOP_HUNKS[2],
+)
+
+# The NSA backward slowed in its dk/dv kernel (`nsa_bwd_loop`): gate_steps dependent steps
+# per program after its own stores (every block segment), the amount a runtime argument.
+NSA_BWD_LOOP_HUNKS = (
+    Hunk(
+        "Q, K, V, DO, LSE, DELTA, LSE_LO, ROW_PTR, COL, SEG_BLOCK, SEG_START, PART_START, "
+        "PART, DK, DV,",
+        "gate_never, gate_steps,",
+    ),
+    Hunk(
+        "tl.store(p_part + BS * D, b_dv)",
+        "# gate-study extra work: gate_steps dependent steps per program after its own\n"
+        "# stores; the store needs gate_never > 0, which the wrapper never passes.\n"
+        "b_x = scale * 1.0\n"
+        "n_x = scale * 0.0\n"
+        "while n_x < gate_steps:\n"
+        "    b_x = b_x * 0.9990234375 + 0.5\n"
+        "    n_x += 1.0\n"
+        "b_x = b_x + tl.zeros([BS, D], dtype=tl.float32)\n"
+        "tl.store(DV + p_kv, b_x.to(DV.dtype.element_ty), mask=k_ok & (gate_never > 0.0))\n",
+        indent=8,
+    ),
+    Hunk("seg_start, part_start, part, dk, dv,", "0.0,  # gate_never\n{extra}.0,  # gate_steps"),
+)
+
+# Host-side slow-downs of the NSA forward wrapper, which a CUDA-graph replay cannot see
+# (kind "host"). `nsa_host`: EXTRA microseconds of Python per call, a spin on the host
+# clock with no device work. `nsa_launch`: EXTRA more launches of a one-program kernel
+# whose store needs gate_never > 0 (never passed): host work plus a launch's device cost.
+HOST_MARK = "# gate-study extra host work"
+NSA_HOST_HUNKS = (
+    Hunk("import contextlib", "import time"),
+    Hunk(
+        "tuning = resolve(tuning)",
+        HOST_MARK + ": {extra} us of Python per call (no device work)\n"
+        "_gate_end = time.perf_counter() + {extra} * 1e-6\n"
+        "while time.perf_counter() < _gate_end:\n"
+        "    pass\n",
+    ),
+)
+NSA_LAUNCH_HUNKS = (
+    Hunk(
+        "def block_path_bytes(dims, element_size):",
+        "@triton.jit\n"
+        "def _gate_extra_kernel(X, gate_never):\n"
+        "    i_x = tl.arange(0, 16)\n"
+        "    tl.store(X + i_x, tl.zeros([16], tl.float32), mask=(i_x < 1) & (gate_never > 0.0))\n"
+        "\n\n",
+        before=True,
+    ),
+    Hunk(
+        "return (o, lse) if return_lse else o",
+        HOST_MARK + ": {extra} more launches per call\n"
+        "for _ in range({extra}):\n"
+        "    _gate_extra_kernel[(1,)](\n"
+        "        lse,\n"
+        "        0.0,  # gate_never\n"
+        "    )\n",
+        before=True,
+    ),
+)
+
+
 @dataclass(frozen=True)
 class Kernel:
     name: str
@@ -232,6 +324,9 @@ class Kernel:
     reference: tuple  # the calibration's reference point (GPU mode)
     ladder: tuple[int, ...]  # EXTRA amounts tried at the reference point (GPU mode)
     hunks: tuple[Hunk, ...]
+    # "device": extra work inside a kernel; "host": extra work in the Python wrapper (its
+    # methods then include the eager and host figures, which are what it should move)
+    kind: str = "device"
 
     @property
     def regex(self):
@@ -271,6 +366,36 @@ KERNELS = {
 KERNELS["nsa_loop"] = replace(KERNELS["nsa"], name="nsa_loop", hunks=NSA_LOOP_HUNKS)
 KERNELS["kda_ahead"] = replace(KERNELS["kda"], name="kda_ahead", hunks=KDA_AHEAD_HUNKS)
 KERNELS["kda_loop"] = replace(KERNELS["kda"], name="kda_loop", hunks=KDA_LOOP_HUNKS)
+KERNELS["nsa_paper_loop"] = replace(
+    KERNELS["nsa"], name="nsa_paper_loop", hunks=NSA_PAPER_LOOP_HUNKS,
+    reference=(32768, "triton", "paper", "recent"),
+)  # fmt: skip
+KERNELS["nsa_bwd_loop"] = Kernel(
+    name="nsa_bwd_loop",
+    path="src/kernels/nsa/backward.py",
+    module="kernels.nsa.backward",
+    api_attr="selection_backward_triton",
+    bench="nsa.NsaBackward",
+    methods=("track_time",),
+    uses="triton",
+    reference=(32768, "triton", "seed", "recent"),
+    ladder=(16, 32, 64, 128, 256, 512, 1024, 2048),
+    hunks=NSA_BWD_LOOP_HUNKS,
+)
+KERNELS["kda_unfused_loop"] = replace(
+    KERNELS["kda"], name="kda_unfused_loop", path="src/kernels/kda/recurrent.py",
+    module="kernels.kda.recurrent", api_attr="fused_sigmoid_gating_delta_rule_update",
+    uses="unfused", reference=(64, "unfused+ring", "safe", "H8-HV8"),
+    hunks=KDA_UNFUSED_LOOP_HUNKS,
+)  # fmt: skip
+_HOST_METHODS = ("track_time", "track_time_eager", "track_time_host")
+KERNELS["nsa_host"] = replace(
+    KERNELS["nsa"], name="nsa_host", methods=_HOST_METHODS, hunks=NSA_HOST_HUNKS,
+    reference=(4096, "triton", "seed", "recent"), ladder=(5, 10, 20, 50, 100, 200),
+    kind="host",
+)  # fmt: skip
+KERNELS["nsa_launch"] = replace(KERNELS["nsa_host"], name="nsa_launch", hunks=NSA_LAUNCH_HUNKS,
+                                ladder=(1, 2, 4, 8))  # fmt: skip
 SMOKE_LADDER = (2, 4)
 
 
@@ -371,25 +496,43 @@ def write_confs(repo, env_dir):
         (Path(repo) / name).write_text(json.dumps(conf, indent=2))
 
 
-def slow_commit(repo, kernel, extra):
+def slow_commit(repo, kernel, extra, *more):
     """Commit gate-base + the kernel's patch with `extra` steps on branch
-    gate-slow-KERNEL-EXTRA without touching the working tree; returns its hash."""
-    k, branch = KERNELS[kernel], f"gate-slow-{kernel}-{int(extra)}"
+    gate-slow-KERNEL-EXTRA without touching the working tree; returns its hash. `more`:
+    further (kernel, extra) pairs patched into the same commit (one slow-down in several
+    kernel families at once, e.g. "nsa_loop", 512, "kda_loop", 64), each kernel in a file
+    of its own."""
+    pairs = [(kernel, int(extra))] + [(more[i], int(more[i + 1])) for i in range(0, len(more), 2)]
+    if len(more) % 2 or len({KERNELS[k].path for k, _ in pairs}) != len(pairs):
+        raise ValueError(f"want (kernel, extra) pairs, one per patched file: {pairs}")
+    branch = "gate-slow-" + "-".join(f"{k}-{e}" for k, e in pairs)
     try:
         return git(repo, "rev-parse", "--verify", "-q", f"refs/heads/{branch}")
     except subprocess.CalledProcessError:
         pass
-    source = git(repo, "show", f"{BASE_TAG}:{k.path}") + "\n"
-    blob = git(repo, "hash-object", "-w", "--stdin", input=patch_source(source, k.hunks, extra))
     with tempfile.TemporaryDirectory() as tmp:
         index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         git(repo, "read-tree", BASE_TAG, env=index)
-        git(repo, "update-index", "--cacheinfo", f"100644,{blob},{k.path}", env=index)
+        for name, amount in pairs:
+            k = KERNELS[name]
+            source = git(repo, "show", f"{BASE_TAG}:{k.path}") + "\n"
+            text = patch_source(source, k.hunks, amount)
+            blob = git(repo, "hash-object", "-w", "--stdin", input=text)
+            git(repo, "update-index", "--cacheinfo", f"100644,{blob},{k.path}", env=index)
         tree = git(repo, "write-tree", env=index)
-    msg = f"gate study: {k.bench} kernel +{int(extra)} extra steps ({k.path})"
+    msg = "gate study: " + "; ".join(
+        f"{KERNELS[k].bench} kernel +{e} extra steps ({KERNELS[k].path})" for k, e in pairs
+    )
     commit = git(repo, "commit-tree", tree, "-p", BASE_TAG, "-m", msg)
     git(repo, "branch", "-f", branch, commit)
     return commit
+
+
+def regex_of(kernels):
+    """asv -b regex of the gated points of every kernel named (one slow commit's)."""
+    if len(kernels) == 1:
+        return KERNELS[kernels[0]].regex
+    return "|".join(f"({KERNELS[k].regex})" for k in kernels)
 
 
 # ---------------------------------------------------------------------------------------
@@ -423,7 +566,7 @@ def gated_points(kernel):
 def _rebind(bench, kernel, api):
     """Point a set-up benchmark instance at `api`; returns a callable giving its output."""
     bench.api = api
-    if KERNELS[kernel].bench == "nsa.NsaForward":
+    if KERNELS[kernel].bench.startswith("nsa."):
         bench.prepare()
         return bench.peak_fn
     bench.fn = bench.call(seed=0)
@@ -446,10 +589,10 @@ def measure_point(kernel, cls, params, variants, reps):
     try:
         base_api = bench.api
         apis = {e: _patched_api(base_api, kernel, m) for e, m in variants.items()}
-        ref = _rebind(bench, kernel, base_api)().clone()
+        ref = _outputs(_rebind(bench, kernel, base_api)())
         for extra, api in apis.items():
-            got = _rebind(bench, kernel, api)()
-            if not torch.equal(got, ref):
+            got = _outputs(_rebind(bench, kernel, api)())
+            if not all(torch.equal(g, r) for g, r in zip(got, ref, strict=True)):
                 raise AssertionError(f"{kernel} +{extra}: the patched kernel's output differs")
         times = {m: {e: [] for e in apis} for m in k.methods}
         for rep in range(reps):
@@ -466,6 +609,11 @@ def measure_point(kernel, cls, params, variants, reps):
             bench.teardown(*params)
         del bench
         _bench_module().free_memory()
+
+
+def _outputs(out):
+    """A call's output tensors (one, or the backward's tuple), copied."""
+    return tuple(t.clone() for t in (out if isinstance(out, (tuple, list)) else (out,)))
 
 
 def _patched_api(api, kernel, mod):
@@ -1014,6 +1162,7 @@ def main(argv=None):
     p.add_argument("repo")
     p.add_argument("kernel", choices=KERNELS)
     p.add_argument("extra", type=int)
+    p.add_argument("more", nargs="*", help="further KERNEL EXTRA pairs in the same commit")
     p = sub.add_parser("calibrate")
     p.add_argument("kernel", choices=KERNELS)
     p.add_argument("--out", required=True)
@@ -1027,7 +1176,7 @@ def main(argv=None):
     p.add_argument("calibration")
     p.add_argument("extras", type=int, nargs="+")
     p = sub.add_parser("regex")
-    p.add_argument("kernel", choices=KERNELS)
+    p.add_argument("kernel", choices=KERNELS, nargs="+")
     for name in ("rounds", "noise"):
         p = sub.add_parser(name)
         p.add_argument("--results", required=True)
@@ -1070,7 +1219,7 @@ def main(argv=None):
         base, aa = make_clone(args.dest, Path(args.env_dir).resolve())
         print(base, aa)
     elif args.cmd == "slow":
-        print(slow_commit(args.repo, args.kernel, args.extra))
+        print(slow_commit(args.repo, args.kernel, args.extra, *args.more))
     elif args.cmd == "calibrate":
         result = calibrate(args.kernel, args.targets, args.reps, args.ladder, args.extras)
         Path(args.out).write_text(json.dumps(result, indent=1))
@@ -1083,7 +1232,7 @@ def main(argv=None):
         path.write_text(json.dumps(cal, indent=1))
         print(" ".join(str(e) for e in added))
     elif args.cmd == "regex":
-        print(KERNELS[args.kernel].regex)
+        print(regex_of(args.kernel))
     elif args.cmd in ("rounds", "noise"):
         per = args.per_process or default_per_process()
         samples = stored_samples(args.results, args.machine, args.commit)

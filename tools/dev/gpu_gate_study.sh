@@ -30,7 +30,8 @@
 # 10-minute limit; call again for the rest.
 #
 # Other knobs: MACHINE (default h200), FACTOR (default 1.015, the gate's), DETECT_KERNELS
-# (default "nsa_loop kda_loop"; also nsa, kda, kda_ahead), CONT_ARGS (more `asv continuous`
+# (default "nsa_loop kda_loop"; also nsa, kda, kda_ahead, nsa_paper_loop, nsa_bwd_loop,
+# kda_unfused_loop, and the host-side nsa_host and nsa_launch), CONT_ARGS (more `asv continuous`
 # arguments for aa and detect, default the gate's "-a rounds=2 --interleave-rounds";
 # CONT_ARGS= for one process per side),
 # CONFIRM_ROUNDS (default 6, the gate's; 0: stage 1 alone): the gate's second stage,
