@@ -452,7 +452,7 @@ def test_scratch_repository_and_slow_commit(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kernel", ["nsa_loop", "kda_loop"])
+@pytest.mark.parametrize("kernel", ["nsa_loop", "kda_loop", "nsa_bwd_loop", "nsa_host"])
 def test_calibrate_in_smoke_mode(kernel, tmp_path):
     """`calibrate` of the detect stage's default patches on the smoke suite (CPU): every
     gated point of the kernel's class is set up, rebound to the patched kernel, checked bit
