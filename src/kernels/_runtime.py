@@ -48,7 +48,6 @@ def next_pow2(n):
 # convention is Triton's own (`CompiledKernel.run`), checked for the versions listed in
 # DIRECT_TRITON; other versions and the interpreter always take the JIT path.
 DIRECT_TRITON = ((3, 6),)
-_OPTIONS = frozenset(("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion"))
 _I32 = (-(2**31), 2**31)
 _plans = {}  # key -> (compiled kernel, the constexprs' values in signature order)
 _kernel_info = {}  # JIT function -> its parameters' names, constexpr flags, defaults
@@ -111,10 +110,8 @@ def _check_call(kernel, n_args, kwargs):
     names, constexpr, _ = _info(kernel)
     if n_args > len(names) or any(constexpr[:n_args]):
         raise TypeError(f"{_name(kernel)}: pass constexprs by keyword, not by position")
-    for name in kwargs:
-        if name in _OPTIONS:
-            continue
-        if name not in names or not constexpr[names.index(name)]:
+    for name in kwargs:  # a name that is not a parameter is an option, as for Triton
+        if name in names and not constexpr[names.index(name)]:
             raise TypeError(f"{_name(kernel)}: pass runtime argument {name!r} by position")
 
 
