@@ -85,18 +85,29 @@ def load(kernel, extra, tmp_path, forced=False):
     return gs.load_source(kernel, tag, text.replace(NEVER, FORCED) if forced else text, tmp_path)
 
 
+def nsa_case(device, Hq=4):
+    """Small NSA inputs (one kv head, T=40, block 16, S=3) and a forward through a module:
+    (q, k, v, do, idx, block size, forward(mod) -> (o, lse))."""
+    from kernels import nsa
+
+    B, Hkv, T, D, bs, S = 1, 1, 40, 32, 16, 3
+    gen = torch.Generator(device=device).manual_seed(3)
+    q, k, v, do = (
+        torch.randn(B, h, T, D, generator=gen, device=device) for h in (Hq, Hkv, Hkv, Hq)
+    )
+    idx = nsa.make_block_idx_random(B, Hkv, T, bs, S, device, 5)
+
+    def forward(mod):
+        return mod.selection_forward_triton(q, k, v, idx, bs, return_lse=True)
+
+    return q, k, v, do, idx, bs, forward
+
+
 @pytest.mark.parametrize("kernel", ["nsa", "nsa_loop"])
 def test_patched_nsa_forward_writes_the_same_bytes(kernel, tmp_path, device):
     from kernels import nsa
 
-    B, Hq, Hkv, T, D, bs, S = 1, 4, 1, 40, 32, 16, 3
-    gen = torch.Generator(device=device).manual_seed(3)
-    q, k, v = (torch.randn(B, h, T, D, generator=gen, device=device) for h in (Hq, Hkv, Hkv))
-    idx = nsa.make_block_idx_random(B, Hkv, T, bs, S, device, 5)
-
-    def run(mod):
-        return mod.selection_forward_triton(q, k, v, idx, bs, return_lse=True)
-
+    *_, run = nsa_case(device)
     o_ref, lse_ref = run(nsa.forward)
     o, lse = run(load(kernel, 3, tmp_path))
     assert torch.equal(o, o_ref) and torch.equal(lse, lse_ref)
@@ -113,14 +124,7 @@ def test_paper_only_patch_runs_its_steps_at_the_paper_group_only(tmp_path, devic
     from kernels import nsa
 
     for Hq, ran in ((4, False), (16, True)):
-        B, Hkv, T, D, bs, S = 1, 1, 40, 32, 16, 3
-        gen = torch.Generator(device=device).manual_seed(3)
-        q, k, v = (torch.randn(B, h, T, D, generator=gen, device=device) for h in (Hq, Hkv, Hkv))
-        idx = nsa.make_block_idx_random(B, Hkv, T, bs, S, device, 5)
-
-        def run(mod):
-            return mod.selection_forward_triton(q, k, v, idx, bs, return_lse=True)
-
+        *_, run = nsa_case(device, Hq)
         o_ref, lse_ref = run(nsa.forward)
         o, lse = run(load("nsa_paper_loop", 3, tmp_path))
         assert torch.equal(o, o_ref) and torch.equal(lse, lse_ref)
@@ -134,13 +138,8 @@ def test_patched_nsa_backward_writes_the_same_bytes(tmp_path, device):
     """nsa_bwd_loop: dq, dk and dv bit for bit; forced, the extra result lands in dv."""
     from kernels import nsa
 
-    B, Hq, Hkv, T, D, bs, S = 1, 4, 1, 40, 32, 16, 3
-    gen = torch.Generator(device=device).manual_seed(3)
-    q, k, v, do = (
-        torch.randn(B, h, T, D, generator=gen, device=device) for h in (Hq, Hkv, Hkv, Hq)
-    )
-    idx = nsa.make_block_idx_random(B, Hkv, T, bs, S, device, 5)
-    o, lse = nsa.selection_forward_triton(q, k, v, idx, bs, return_lse=True)
+    q, k, v, do, idx, bs, forward = nsa_case(device)
+    o, lse = forward(nsa.forward)
 
     def run(mod):
         return mod.selection_backward_triton(q, k, v, idx, bs, do, o, lse)
@@ -158,14 +157,7 @@ def test_host_patches_leave_the_results_and_add_host_work(tmp_path, device):
     lse only when forced."""
     from kernels import nsa
 
-    B, Hq, Hkv, T, D, bs, S = 1, 4, 1, 40, 32, 16, 3
-    gen = torch.Generator(device=device).manual_seed(3)
-    q, k, v = (torch.randn(B, h, T, D, generator=gen, device=device) for h in (Hq, Hkv, Hkv))
-    idx = nsa.make_block_idx_random(B, Hkv, T, bs, S, device, 5)
-
-    def run(mod):
-        return mod.selection_forward_triton(q, k, v, idx, bs, return_lse=True)
-
+    *_, run = nsa_case(device)
     o_ref, lse_ref = run(nsa.forward)
     mod = load("nsa_host", 37, tmp_path)
     reads = []

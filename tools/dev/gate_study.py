@@ -370,18 +370,12 @@ KERNELS["nsa_paper_loop"] = replace(
     KERNELS["nsa"], name="nsa_paper_loop", hunks=NSA_PAPER_LOOP_HUNKS,
     reference=(32768, "triton", "paper", "recent"),
 )  # fmt: skip
-KERNELS["nsa_bwd_loop"] = Kernel(
-    name="nsa_bwd_loop",
-    path="src/kernels/nsa/backward.py",
-    module="kernels.nsa.backward",
-    api_attr="selection_backward_triton",
-    bench="nsa.NsaBackward",
-    methods=("track_time",),
-    uses="triton",
-    reference=(32768, "triton", "seed", "recent"),
-    ladder=(16, 32, 64, 128, 256, 512, 1024, 2048),
+KERNELS["nsa_bwd_loop"] = replace(
+    KERNELS["nsa"], name="nsa_bwd_loop", path="src/kernels/nsa/backward.py",
+    module="kernels.nsa.backward", api_attr="selection_backward_triton",
+    bench="nsa.NsaBackward", ladder=(16, 32, 64, 128, 256, 512, 1024, 2048),
     hunks=NSA_BWD_LOOP_HUNKS,
-)
+)  # fmt: skip
 KERNELS["kda_unfused_loop"] = replace(
     KERNELS["kda"], name="kda_unfused_loop", path="src/kernels/kda/recurrent.py",
     module="kernels.kda.recurrent", api_attr="fused_sigmoid_gating_delta_rule_update",
