@@ -496,7 +496,8 @@ def block_lists(
             its block (the causal mask matters), else 2 * block; -1 past the lists.
     Two kernel launches (and the fills of col and code when not given), no host sync.
     """
-    t, direct = resolve(tuning).block_major, resolve(tuning).direct_launch
+    tuning = resolve(tuning)
+    t, direct = tuning.block_major, tuning.direct_launch
     B, Hkv, T, S = block_idx.shape
     BH, NL, dev = B * Hkv, hist.shape[1], block_idx.device
     NB = _runtime.cdiv(T, block_size)

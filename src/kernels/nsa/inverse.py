@@ -173,7 +173,8 @@ def inverted_lists(block_idx, block_size, unique=True, seg_len=None, tuning=None
     seg_start and part_start int32 [BH, NB + 1], and n_part = max(1, 2 * T * S // seg_len)
     partial slots per (b, kv head) (a split list has count > seg_len, so its
     cdiv(count, seg_len) < 2 * count / seg_len slots). block_idx: checked by the caller."""
-    t, direct = resolve(tuning).backward, resolve(tuning).direct_launch
+    tuning = resolve(tuning)
+    t, direct = tuning.backward, tuning.direct_launch
     B, Hkv, T, S = block_idx.shape
     NB = _runtime.cdiv(T, block_size)
     BH, dev = B * Hkv, block_idx.device
