@@ -27,13 +27,8 @@ CPU_INDEX=https://download.pytorch.org/whl/cpu
 VENV=.venv
 VPY=$VENV/bin/python
 
-gpu_host() {
-    case "${ATTNBENCH_GPU_HOST:-}" in
-        1 | true | yes) return 0 ;;
-        0 | false | no) return 1 ;;
-    esac
-    compgen -G "/dev/nvidia[0-9]*" >/dev/null
-}
+# shellcheck source=scripts/host.sh
+. scripts/host.sh
 
 # Exit 0 when interpreter $1 imports a CUDA build of torch and Triton.
 has_cuda_torch() {

@@ -18,6 +18,16 @@ if not HAS_CUDA:
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 
 
+def pytest_configure(config):
+    # scripts/test.sh's GPU pass on a GPU host: a torch that cannot see the GPU fails the
+    # run instead of skipping every GPU test.
+    if os.environ.get("ATTNBENCH_REQUIRE_GPU") == "1" and not HAS_CUDA:
+        raise pytest.UsageError(
+            "ATTNBENCH_REQUIRE_GPU=1 (a GPU host), but torch.cuda.is_available() is False: "
+            "check the driver and that .venv's torch is a CUDA build"
+        )
+
+
 def pytest_collection_modifyitems(config, items):
     if HAS_CUDA:
         return

@@ -51,7 +51,7 @@ def _make_venv(prefix: Path) -> Path:
 def repo(tmp_path):
     """A scratch copy of what bootstrap.sh needs from the repository."""
     work = tmp_path / "repo"
-    for rel in ("scripts/bootstrap.sh", "tools/asv_host_site.py"):
+    for rel in ("scripts/bootstrap.sh", "scripts/host.sh", "tools/asv_host_site.py"):
         (work / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, work / rel)
     return work
@@ -214,3 +214,65 @@ def test_a_source_listed_before_more_lines_is_seen(repo):
     assert res.returncode == 0, res.stdout + res.stderr
     torch_call = next(c for c in log.read_text().splitlines() if "torch==2.13.0" in c)
     assert "--index-url" not in torch_call, torch_call
+
+
+# ------------------------------------------------------------ scripts/test.sh's pytest passes
+STUB_PYTHON = """#!/usr/bin/env bash
+echo "$* | CVD=${CUDA_VISIBLE_DEVICES-unset} REQ=${ATTNBENCH_REQUIRE_GPU-unset}" >> "$CALLS"
+case "$*" in *"-m gpu"*) exit "${GPU_PASS_RC:-0}" ;; esac
+"""
+
+
+def _test_sh(tmp_path, gpu_host, gpu_pass_rc=0):
+    """scripts/test.sh in a scratch copy whose set-up steps and .venv python are stubs that
+    record each call: (exit code, the pytest calls with their GPU-related environment)."""
+    work = tmp_path / "repo"
+    (work / "scripts").mkdir(parents=True)
+    for rel in ("scripts/test.sh", "scripts/host.sh"):
+        shutil.copy(ROOT / rel, work / rel)
+    for rel in ("scripts/bootstrap.sh", "scripts/ci_tools.sh"):
+        (work / rel).write_text("true\n")
+    py = work / ".venv/bin/python"
+    py.parent.mkdir(parents=True)
+    py.write_text(STUB_PYTHON)
+    py.chmod(0o755)
+    calls = tmp_path / "calls"
+    env = dict(os.environ, CALLS=str(calls), ATTNBENCH_GPU_HOST=gpu_host,
+               GPU_PASS_RC=str(gpu_pass_rc))  # fmt: skip
+    for var in ("CUDA_VISIBLE_DEVICES", "ATTNBENCH_REQUIRE_GPU", "PYTEST_WORKERS"):
+        env.pop(var, None)
+    proc = subprocess.run(["bash", str(work / "scripts/test.sh"), "-k", "x"], env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    pytest_calls = [c for c in calls.read_text().splitlines() if c.startswith("-m pytest")]
+    return proc.returncode, pytest_calls
+
+
+def test_test_sh_runs_one_pass_on_a_cpu_host(tmp_path):
+    code, calls = _test_sh(tmp_path, "0")
+    assert code == 0
+    assert calls == ["-m pytest -n auto --dist loadfile -k x | CVD=unset REQ=unset"]
+
+
+def test_test_sh_hides_the_gpu_then_requires_it_on_a_gpu_host(tmp_path):
+    code, calls = _test_sh(tmp_path, "1")
+    assert code == 0
+    assert calls == [
+        "-m pytest -n auto --dist loadfile -m not gpu -k x | CVD= REQ=unset",
+        "-m pytest -n auto --dist loadfile -m gpu -k x | CVD=unset REQ=1",
+    ]
+
+
+@pytest.mark.parametrize(("rc", "expected"), [(5, 0), (1, 1)])
+def test_test_sh_gpu_pass_exit_codes(tmp_path, rc, expected):
+    """A pass that selects no test (pytest's exit 5) is no failure; a failing one is."""
+    code, calls = _test_sh(tmp_path, "1", gpu_pass_rc=rc)
+    assert code == expected and len(calls) == 2
+
+
+def test_gpu_pass_without_a_visible_gpu_is_an_error(tmp_path):
+    env = dict(os.environ, ATTNBENCH_REQUIRE_GPU="1", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
+                           "no:cacheprovider", str(ROOT / "tests/test_package.py")], cwd=ROOT,
+                          env=env, capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "ATTNBENCH_REQUIRE_GPU=1" in proc.stderr
