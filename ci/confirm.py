@@ -11,9 +11,12 @@ commits' stored results and sorts the timing points (`time_*`, `track_time*`):
   `--sure` (1.03) and the 99% intervals of the two medians do not overlap. The flag
   stands; no time is spent on it.
 - **suspects**: every other timing point that stage 1 flagged, and every timing point whose
-  ratio lies beyond `--suspect` either way (every timing point when it is 1). They are
-  re-run in that order (stage-1 flags, then slower by ratio, then faster by distance), in
-  batches of at most `--batch`: `--rounds` more fresh processes per side, base and head
+  ratio lies beyond `--suspect` either way (every timing point when it is 1). The slower
+  ones (stage-1 flags, then slower by ratio) are re-run in that order; the faster ones are
+  listed as faster, not re-run (a faster point is no regression, and re-timing it would
+  spend the time cap of a change that speeds many points up), unless `--retime-faster`
+  (or `--suspect 1`) puts them after the slower ones, by distance. Re-runs go in batches
+  of at most `--batch`: `--rounds` more fresh processes per side, base and head
   alternating (`asv run --append-samples -a rounds=R --interleave-rounds`), so that their
   medians rest on 2 + R processes; `asv compare --factor F2` on the pooled samples then
   judges them. The spread of a median over N processes shrinks about as 1 / sqrt(N), which
@@ -146,13 +149,15 @@ class Plan:
     """What stage 2 does with stage 1's points.
 
     sure: timing flags beyond doubt (kept, not re-run); suspects: timing points to re-run,
-    in order; kept: stage-1 flags that are not re-run for another reason (not timings, or
-    stage 2 is off); rejudged: host-figure flags that stage 2, off, clears because their
-    stage-1 ratio is below the host factor; ratios: every point's stage-1 median ratio.
+    in order (the faster ones last); faster: the suspects on the faster side; kept: stage-1
+    flags that are not re-run for another reason (not timings, or stage 2 is off);
+    rejudged: host-figure flags that stage 2, off, clears because their stage-1 ratio is
+    below the host factor; ratios: every point's stage-1 median ratio.
     """
 
     sure: list[str] = field(default_factory=list)
     suspects: list[str] = field(default_factory=list)
+    faster: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     rejudged: list[str] = field(default_factory=list)
     ratios: dict[str, float] = field(default_factory=dict)
@@ -206,6 +211,7 @@ def plan_stage2(
     up = sorted((n for n in far if ratio[n] >= 1.0), key=lambda n: -dist[n])
     down = sorted((n for n in far if ratio[n] < 1.0), key=lambda n: -dist[n])
     plan.suspects = doubtful + up + down
+    plan.faster = down
     return plan
 
 
@@ -419,6 +425,10 @@ def main(argv=None, clock=time.monotonic):
         "--time-cap", type=float, default=TIME_CAP_S,
         help="seconds of re-runs; suspects left past it are listed, unjudged",
     )  # fmt: skip
+    ap.add_argument(
+        "--retime-faster", action="store_true",
+        help="also re-run the faster suspects, after the slower ones (default: listed only)",
+    )  # fmt: skip
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--asv", default="asv", help="the asv command (shell words)")
     ap.add_argument("--config", default=None, help="asv --config")
@@ -449,8 +459,12 @@ def main(argv=None, clock=time.monotonic):
     )  # fmt: skip
     if code1 == 2:
         plan.suspects = []  # a failure is final: nothing is re-run
+    # --suspect 1 re-runs every timing point (a test of the plumbing), faster ones too.
+    retime_faster = args.retime_faster or args.suspect == 1.0
+    to_run = [n for n in plan.suspects if retime_faster or n not in plan.faster]
     chosen = {
-        "suspects": plan.suspects, "planned": plan.suspects, "sure": plan.sure,
+        "suspects": plan.suspects, "planned": to_run, "faster": plan.faster,
+        "sure": plan.sure,
         "left_out": plan.kept, "rejudged": plan.rejudged, "stage1_slower": slower,
         "stage1_ratios": plan.ratios,
     }  # fmt: skip
@@ -472,7 +486,8 @@ def main(argv=None, clock=time.monotonic):
 
     sides = (args.base, args.head)
     before = {c: stored_samples(args.results, args.machine, c) for c in sides}
-    judged, unjudged, spent = retime(plan.suspects, args.batch, args.time_cap, run_batch, clock)
+    judged, unjudged, spent = retime(to_run, args.batch, args.time_cap, run_batch, clock)
+    unjudged += [n for n in plan.suspects if n not in to_run]
     rows, lost_rerun = [], []
 
     def compare_at(f, out_name):

@@ -577,3 +577,24 @@ def test_a_re_run_that_recorded_nothing_leaves_its_suspects_unjudged(tmp_path, m
     assert verdict["unjudged_slower"] == [C]
     final = {r.name: r.ratio for r in parse((out / "final-compare.txt").read_text())}
     assert final == {A: "1.001"}  # C keeps stage 1's row (none in this stage-1 table)
+
+
+@pytest.mark.parametrize("retime_faster", [False, True])
+def test_main_lists_faster_suspects_without_re_running_them(tmp_path, monkeypatch, retime_faster):
+    """A faster point is no regression: by default it is listed, not re-timed, so a change
+    that speeds many points up does not spend the time cap on them (--retime-faster: it
+    is re-run after the slower ones)."""
+    base, head = {A: 1.0, B: 1.0}, {A: 1.008, B: 0.99}
+    extra = ["--retime-faster"] if retime_faster else []
+    rc, calls, out = run_main(tmp_path, monkeypatch, [], 0, base, head,
+                              [("", "1.001", A), ("-", "0.99", B)], *extra)  # fmt: skip
+    runs = [c for c in calls if c[0] == "run"]
+    picked = [n for c in runs for n in (A, B) if re.search(c[c.index("-b") + 1], n)]
+    verdict = json.loads((out / "confirm.json").read_text())
+    chosen = json.loads((out / "suspects.json").read_text())
+    assert rc == 0 and chosen["faster"] == [B]
+    if retime_faster:
+        assert picked == [A, B] and verdict["unjudged_faster"] == []
+    else:
+        assert picked == [A] and verdict["unjudged_faster"] == [B]
+        assert "1 faster suspect(s) not judged (no regression)" in verdict["reason"]
