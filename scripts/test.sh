@@ -3,7 +3,9 @@
 # Without a GPU, tests marked `gpu` are skipped and kernels run under Triton's interpreter.
 # On a GPU host the CPU tests run with the GPU hidden, then the `gpu` tests on the GPU.
 # pytest runs one worker per CPU core (pytest-xdist; PYTEST_WORKERS overrides, 0 runs in this
-# process); each test file stays on one worker, so a module's fixtures are built once.
+# process); each test file stays on one worker, so a module's fixtures are built once, and
+# files go out in their collection order (not most-tests-first, which would leave the
+# longest file, the asv end-to-end one with few tests, until last).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
@@ -13,7 +15,7 @@ echo "== ruff check"
 "$VPY" -m ruff check .
 echo "== ruff format --check"
 "$VPY" -m ruff format --check .
-PYTEST=("$VPY" -m pytest -n "${PYTEST_WORKERS:-auto}" --dist loadfile)
+PYTEST=("$VPY" -m pytest -n "${PYTEST_WORKERS:-auto}" --dist loadfile --no-loadscope-reorder)
 # shellcheck source=scripts/host.sh
 . scripts/host.sh
 if gpu_host; then

@@ -247,18 +247,21 @@ def _test_sh(tmp_path, gpu_host, gpu_pass_rc=0):
     return proc.returncode, pytest_calls
 
 
+PYTEST_CALL = "-m pytest -n auto --dist loadfile --no-loadscope-reorder"
+
+
 def test_test_sh_runs_one_pass_on_a_cpu_host(tmp_path):
     code, calls = _test_sh(tmp_path, "0")
     assert code == 0
-    assert calls == ["-m pytest -n auto --dist loadfile -k x | CVD=unset REQ=unset"]
+    assert calls == [f"{PYTEST_CALL} -k x | CVD=unset REQ=unset"]
 
 
 def test_test_sh_hides_the_gpu_then_requires_it_on_a_gpu_host(tmp_path):
     code, calls = _test_sh(tmp_path, "1")
     assert code == 0
     assert calls == [
-        "-m pytest -n auto --dist loadfile -m not gpu -k x | CVD= REQ=unset",
-        "-m pytest -n auto --dist loadfile -m gpu -k x | CVD=unset REQ=1",
+        f"{PYTEST_CALL} -m not gpu -k x | CVD= REQ=unset",
+        f"{PYTEST_CALL} -m gpu -k x | CVD=unset REQ=1",
     ]
 
 

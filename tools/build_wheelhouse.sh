@@ -45,5 +45,5 @@ done
     --python-version "$PYVER" --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --platform any \
-    -d "$DEST" ruff==0.17.6 "pytest>=8" "pytest-xdist>=3.6" zizmor==1.32.0 check-jsonschema==0.39.0
+    -d "$DEST" ruff==0.17.6 "pytest>=8" "pytest-xdist>=3.8" zizmor==1.32.0 check-jsonschema==0.39.0
 echo "build_wheelhouse: $(find "$DEST" -name '*.whl' | wc -l) wheels in $DEST (cp${PYVER/./} manylinux x86_64)"
