@@ -15,7 +15,7 @@ echo "== ruff check"
 "$VPY" -m ruff check .
 echo "== ruff format --check"
 "$VPY" -m ruff format --check .
-PYTEST=("$VPY" -m pytest -n "${PYTEST_WORKERS:-auto}" --dist loadfile --no-loadscope-reorder)
+PYTEST=("$VPY" -m pytest --dist loadfile --no-loadscope-reorder)
 # shellcheck source=scripts/host.sh
 . scripts/host.sh
 if gpu_host; then
@@ -27,10 +27,14 @@ if gpu_host; then
     # is no failure.
     run_pass() { "$@" || { local rc=$?; [ "$rc" -eq 5 ] || exit "$rc"; }; }
     echo "== pytest: CPU tests (GPU hidden, kernels under Triton's interpreter)"
-    run_pass env CUDA_VISIBLE_DEVICES="" "${PYTEST[@]}" -m "not gpu" "$@"
+    run_pass env CUDA_VISIBLE_DEVICES="" "${PYTEST[@]}" -n "${PYTEST_WORKERS:-auto}" \
+        -m "not gpu" "$@"
+    # Fewer workers share the GPU: each is a CUDA context, and the few tests that time
+    # calls see the others' kernels.
     echo "== pytest: GPU tests"
-    run_pass env ATTNBENCH_REQUIRE_GPU=1 "${PYTEST[@]}" -m gpu "$@"
+    run_pass env ATTNBENCH_REQUIRE_GPU=1 "${PYTEST[@]}" -n "${PYTEST_GPU_WORKERS:-4}" \
+        -m gpu "$@"
 else
     echo "== pytest"
-    "${PYTEST[@]}" "$@"
+    "${PYTEST[@]}" -n "${PYTEST_WORKERS:-auto}" "$@"
 fi

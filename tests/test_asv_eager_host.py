@@ -205,7 +205,9 @@ def test_helpers_on_the_gpu(helper):
     else:
         samples = common.host_seconds(fns, device_ops=1, samples=10)
     torch.cuda.synchronize()
-    assert len(samples) == 10 and all(0 < s < 1e-3 for s in samples), samples
+    # A bound on units, not speed: other processes' kernels (the test command's parallel
+    # GPU workers) can hold the GPU for milliseconds between two calls.
+    assert len(samples) == 10 and all(0 < s < 5e-2 for s in samples), samples
     counts = [x[0].item() for x in xs]
     assert min(counts) >= common.WARMUP_CALLS + 1 and max(counts) - min(counts) <= 1, counts
 

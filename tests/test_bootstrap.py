@@ -239,7 +239,12 @@ def _test_sh(tmp_path, gpu_host, gpu_pass_rc=0):
     calls = tmp_path / "calls"
     env = dict(os.environ, CALLS=str(calls), ATTNBENCH_GPU_HOST=gpu_host,
                GPU_PASS_RC=str(gpu_pass_rc))  # fmt: skip
-    for var in ("CUDA_VISIBLE_DEVICES", "ATTNBENCH_REQUIRE_GPU", "PYTEST_WORKERS"):
+    for var in (
+        "CUDA_VISIBLE_DEVICES",
+        "ATTNBENCH_REQUIRE_GPU",
+        "PYTEST_WORKERS",
+        "PYTEST_GPU_WORKERS",
+    ):
         env.pop(var, None)
     proc = subprocess.run(["bash", str(work / "scripts/test.sh"), "-k", "x"], env=env,
                           capture_output=True, text=True)  # fmt: skip
@@ -247,21 +252,21 @@ def _test_sh(tmp_path, gpu_host, gpu_pass_rc=0):
     return proc.returncode, pytest_calls
 
 
-PYTEST_CALL = "-m pytest -n auto --dist loadfile --no-loadscope-reorder"
+PYTEST_CALL = "-m pytest --dist loadfile --no-loadscope-reorder"
 
 
 def test_test_sh_runs_one_pass_on_a_cpu_host(tmp_path):
     code, calls = _test_sh(tmp_path, "0")
     assert code == 0
-    assert calls == [f"{PYTEST_CALL} -k x | CVD=unset REQ=unset"]
+    assert calls == [f"{PYTEST_CALL} -n auto -k x | CVD=unset REQ=unset"]
 
 
 def test_test_sh_hides_the_gpu_then_requires_it_on_a_gpu_host(tmp_path):
     code, calls = _test_sh(tmp_path, "1")
     assert code == 0
     assert calls == [
-        f"{PYTEST_CALL} -m not gpu -k x | CVD= REQ=unset",
-        f"{PYTEST_CALL} -m gpu -k x | CVD=unset REQ=1",
+        f"{PYTEST_CALL} -n auto -m not gpu -k x | CVD= REQ=unset",
+        f"{PYTEST_CALL} -n 4 -m gpu -k x | CVD=unset REQ=1",
     ]
 
 
