@@ -372,3 +372,20 @@ def test_view_reference_oom_is_na_out_of_memory(tmp_path):
     for cls in ("NsaForward", "NsaBackward"):
         for method in ("track_time_eager", "track_peak_vram_bytes"):
             assert na_reasons.is_oom(oom, "a" * 40, f"nsa.{cls}.{method}", params), (cls, method)
+
+
+def test_machine_file_records_no_gpu_where_the_gpus_are_hidden(tmp_path, monkeypatch):
+    """tools/asv_machine.py reads the GPU from nvidia-smi, which ignores
+    CUDA_VISIBLE_DEVICES; with the GPUs hidden (the CPU tests on a GPU host) it records
+    none, as the suite then runs in smoke mode."""
+    from tools import asv_machine
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA H200, 580.159.04'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert asv_machine.nvidia_smi() == ("NVIDIA H200", "580.159.04")
+    for hidden in ("", "-1"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
+        assert asv_machine.nvidia_smi() is None

@@ -16,11 +16,17 @@ It reads versions without initializing CUDA (torch.version.cuda, nvidia-smi).
 """
 
 import argparse
+import os
 import subprocess
 
 
 def nvidia_smi():
-    """(GPU name, driver version) of the first GPU, or None without nvidia-smi."""
+    """(GPU name, driver version) of the first GPU, or None without nvidia-smi or with the
+    GPUs hidden (CUDA_VISIBLE_DEVICES "" or "-1", as for the CPU tests on a GPU host:
+    nvidia-smi itself ignores that variable, and a run that cannot use the GPU must not
+    record one)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "x").strip() in ("", "-1"):
+        return None
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
