@@ -5,7 +5,8 @@ not ignored) in `n` commits, so `asv run` can build each commit as it would on a
 asv runs from the project's .venv with ATTNBENCH_SMOKE=1 and the .venv's torch/Triton
 exposed to its environments (as scripts/main.sh does), its machine file in a temporary
 HOME (the user's ~/.asv-machine.json is left alone) and its environments in a directory
-shared by these tests (`.asv/ci-test-env`, ignored by git), so they are built only once.
+shared by these tests (`.asv/ci-test-env-<xdist worker>`, ignored by git), so they are
+built once per worker.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 VPY = ROOT / ".venv" / "bin" / "python"
 ASV = ROOT / ".venv" / "bin" / "asv"
 CONF = ROOT / "asv.conf.json"
-SHARED_ENV_DIR = ROOT / ".asv" / "ci-test-env"
+# One directory per pytest-xdist worker (scripts/test.sh runs several): asv does not lock
+# an environment directory, and two workers building commits in one would race.
+SHARED_ENV_DIR = ROOT / ".asv" / f"ci-test-env-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
 MACHINE = "cpu-smoke"
 
 
