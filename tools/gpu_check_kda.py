@@ -274,6 +274,7 @@ def main():
             sets = None  # free this batch size's buffers
             torch.cuda.empty_cache()
     log(f"  ({time.time() - t_start:.0f} s)")
+    write(args.out, result)  # the timings stay if the sweep below is cut short
 
     log("\n== BLOCK_V sweep, fused modes, us seed / cold (default = table)")
     bvs = (None, 2, 4, 8, 16, 32)
@@ -317,9 +318,14 @@ def main():
             sets = None  # free this batch size's buffers
             torch.cuda.empty_cache()
     log(f"\ntotal {time.time() - t_start:.0f} s, {len(errors)} errors")
-    with open(os.path.join(args.out, "kda_check.json"), "w") as f:
+    write(args.out, result)
+
+
+def write(out, result):
+    """DIR/kda_check.json (the results so far) and DIR/kda_check.txt (the log so far)."""
+    with open(os.path.join(out, "kda_check.json"), "w") as f:
         json.dump(result, f, indent=1)
-    with open(os.path.join(args.out, "kda_check.txt"), "w") as f:
+    with open(os.path.join(out, "kda_check.txt"), "w") as f:
         f.write("\n".join(LOG) + "\n")
 
 
