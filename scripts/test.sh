@@ -23,9 +23,11 @@ if gpu_host; then
     # under Triton's interpreter (which reads TRITON_INTERPRET when a kernel is decorated,
     # so it holds for a whole process). Then the tests marked `gpu` run on the GPU, and a
     # torch that cannot see it fails them instead of skipping them.
-    # A pass that selects nothing (exit 5: arguments naming only the other pass's tests)
-    # is no failure.
-    run_pass() { "$@" || { local rc=$?; [ "$rc" -eq 5 ] || exit "$rc"; }; }
+    # Both passes always run, so one command reports every failure; the command then exits
+    # with the first failing pass's code. A pass that selects nothing (exit 5: arguments
+    # naming only the other pass's tests) is no failure.
+    status=0
+    run_pass() { "$@" || { local rc=$?; [ "$rc" -eq 5 ] || [ "$status" -ne 0 ] || status=$rc; }; }
     echo "== pytest: CPU tests (GPU hidden, kernels under Triton's interpreter)"
     run_pass env CUDA_VISIBLE_DEVICES="" "${PYTEST[@]}" -n "${PYTEST_WORKERS:-auto}" \
         -m "not gpu" "$@"
@@ -34,6 +36,7 @@ if gpu_host; then
     echo "== pytest: GPU tests"
     run_pass env ATTNBENCH_REQUIRE_GPU=1 "${PYTEST[@]}" -n "${PYTEST_GPU_WORKERS:-4}" \
         -m gpu "$@"
+    exit "$status"
 else
     echo "== pytest"
     "${PYTEST[@]}" -n "${PYTEST_WORKERS:-auto}" "$@"

@@ -219,11 +219,14 @@ def test_a_source_listed_before_more_lines_is_seen(repo):
 # ------------------------------------------------------------ scripts/test.sh's pytest passes
 STUB_PYTHON = """#!/usr/bin/env bash
 echo "$* | CVD=${CUDA_VISIBLE_DEVICES-unset} REQ=${ATTNBENCH_REQUIRE_GPU-unset}" >> "$CALLS"
-case "$*" in *"-m gpu"*) exit "${GPU_PASS_RC:-0}" ;; esac
+case "$*" in
+    *"-m gpu"*) exit "${GPU_PASS_RC:-0}" ;;
+    *"-m not gpu"*) exit "${CPU_PASS_RC:-0}" ;;
+esac
 """
 
 
-def _test_sh(tmp_path, gpu_host, gpu_pass_rc=0):
+def _test_sh(tmp_path, gpu_host, gpu_pass_rc=0, cpu_pass_rc=0):
     """scripts/test.sh in a scratch copy whose set-up steps and .venv python are stubs that
     record each call: (exit code, the pytest calls with their GPU-related environment)."""
     work = tmp_path / "repo"
@@ -238,7 +241,7 @@ def _test_sh(tmp_path, gpu_host, gpu_pass_rc=0):
     py.chmod(0o755)
     calls = tmp_path / "calls"
     env = dict(os.environ, CALLS=str(calls), ATTNBENCH_GPU_HOST=gpu_host,
-               GPU_PASS_RC=str(gpu_pass_rc))  # fmt: skip
+               GPU_PASS_RC=str(gpu_pass_rc), CPU_PASS_RC=str(cpu_pass_rc))  # fmt: skip
     for var in (
         "CUDA_VISIBLE_DEVICES",
         "ATTNBENCH_REQUIRE_GPU",
@@ -270,10 +273,13 @@ def test_test_sh_hides_the_gpu_then_requires_it_on_a_gpu_host(tmp_path):
     ]
 
 
-@pytest.mark.parametrize(("rc", "expected"), [(5, 0), (1, 1)])
-def test_test_sh_gpu_pass_exit_codes(tmp_path, rc, expected):
-    """A pass that selects no test (pytest's exit 5) is no failure; a failing one is."""
-    code, calls = _test_sh(tmp_path, "1", gpu_pass_rc=rc)
+@pytest.mark.parametrize(
+    ("cpu_rc", "gpu_rc", "expected"), [(0, 5, 0), (5, 0, 0), (0, 1, 1), (1, 0, 1), (2, 1, 2)]
+)
+def test_test_sh_pass_exit_codes(tmp_path, cpu_rc, gpu_rc, expected):
+    """Both passes run whatever the first one's result; the command fails with the first
+    failing pass's code, and a pass that selects no test (pytest's exit 5) is no failure."""
+    code, calls = _test_sh(tmp_path, "1", gpu_pass_rc=gpu_rc, cpu_pass_rc=cpu_rc)
     assert code == expected and len(calls) == 2
 
 
