@@ -39,6 +39,15 @@ def available() -> str | None:
     return None
 
 
+def require_site_libraries() -> None:
+    """Skip where the site's JavaScript libraries cannot be installed (no npm: scripts/ci_tools.sh
+    said so and skipped `npm ci`); fail where npm exists but node_modules is missing."""
+    if not (ROOT / "node_modules" / "jquery").is_dir():
+        if shutil.which("npm") is None:
+            pytest.skip("no npm on this machine: the site's libraries are not installed")
+        pytest.fail("node_modules is missing: run `bash scripts/ci_tools.sh` (npm ci)")
+
+
 def git(*args: str, cwd: Path) -> str:
     res = subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True)
     return res.stdout.strip()

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import _asv_smoke as smoke
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,10 +25,7 @@ def asv_www() -> Path:
 
 @pytest.fixture
 def site(tmp_path):
-    if not (ROOT / "node_modules" / "jquery").is_dir():
-        if shutil.which("npm") is None:  # scripts/ci_tools.sh said so and skipped npm ci
-            pytest.skip("no npm on this machine: the site's libraries are not installed")
-        pytest.fail("node_modules is missing: run `bash scripts/ci_tools.sh` (npm ci)")
+    smoke.require_site_libraries()
     for page in asv_www().glob("*.html"):
         shutil.copy(page, tmp_path / page.name)
     return tmp_path
@@ -226,3 +224,17 @@ def test_report_inside_the_site_copy_is_an_error(site, report_dir):
     res = run_extras(site, "--report", str(site / "report"))
     assert res.returncode == 1 and "rewritten" in res.stderr
     assert (site / "report" / "summary.md").exists()
+
+
+def test_site_libraries_skip_without_npm_and_fail_with_it(monkeypatch, tmp_path):
+    # A GPU host with no npm (and so no node_modules) skips the vendoring tests; a host with
+    # npm but no node_modules has a broken set-up, which must not pass as a skip.
+    monkeypatch.setattr(smoke, "ROOT", tmp_path)
+    monkeypatch.setattr(smoke.shutil, "which", lambda name: None)
+    with pytest.raises(pytest.skip.Exception, match="no npm"):
+        smoke.require_site_libraries()
+    monkeypatch.setattr(smoke.shutil, "which", lambda name: f"/usr/bin/{name}")
+    with pytest.raises(pytest.fail.Exception, match="npm ci"):
+        smoke.require_site_libraries()
+    (tmp_path / "node_modules" / "jquery").mkdir(parents=True)
+    smoke.require_site_libraries()

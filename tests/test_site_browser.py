@@ -58,6 +58,7 @@ class QuietHandler(SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
+    smoke.require_site_libraries()  # vendoring needs them; without it the page needs a CDN
     root, repo, hashes = smoke.scratch(tmp_path_factory, "site", 2)
     home = root / "home"
     conf = smoke.write_conf(repo, "asv.site.json", "results").name
