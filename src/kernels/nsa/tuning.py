@@ -40,8 +40,7 @@ class ForwardTuning:
     overlap_tile_kernel: bool = True
     # Warps of the tile-list kernel (forward, dq): one warp sorts by lane shuffles, no barrier
     tile_list_warps: int = 1
-    # Tiles per fix-up program (a power of two; calls without the block-major phase, whose
-    # combine does the fix-up otherwise): clean inputs cost one vector load a program
+    # Tiles per fix-up program (a power of two): clean inputs cost one vector load a program
     fix_tiles: int = 128
 
     def __post_init__(self):
@@ -69,9 +68,8 @@ class BlockMajorTuning:
     combine_warps: int = 16
     # Persistent combine programs per SM (None: one per tile): one resident program each
     combine_waves: int | None = 1
-    # Most tiles a combine program pre-checks in one vector load of their counts and one of
-    # their flags (it also runs the fix-up), so that a call with no block-handled and no
-    # flagged tile skips the walk (8 values a thread at 16 warps)
+    # Most tiles a combine program pre-checks in one vector load of their counts, so that a
+    # call with no block-handled tile skips the walk (8 values a thread at 16 warps)
     combine_precheck_tiles: int = 4096
     # Lists per step of the prefix-sum kernel (one program per (b, kv head) loops over them)
     prefix_block: int = 4096
