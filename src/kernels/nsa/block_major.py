@@ -42,8 +42,7 @@ CUDA graph):
    chosen by every token (block 0 of the 'random' pattern) simply fills many chunks, so the
    load is balanced by construction; the padding costs at most one partly empty chunk per
    list.
-5. `_combine_tile` (launched by forward.py's `_combine_fix_kernel`, which also runs the
-   fix-up below), per block-handled tile: for each row, the partials of its kept slots
+5. `_combine_kernel`, per block-handled tile: for each row, the partials of its kept slots
    (those with a finite lse_part: a dropped slot's -inf from step 3 keeps its unwritten
    partial from being read), in slot order: with M = max lse_s and w_s = exp2(lse_s - M),
    o = sum_s w_s o_part_s / sum_s w_s and lse = (M + log2 sum_s w_s) ln 2. Every slot's lse
@@ -55,8 +54,8 @@ Masked keys: a partial covers one block its token selected, so the only keys it 
 those after the token, in a chunk that takes the causal mask: there p = 0 multiplies their
 values (and copies of key T - 1 past T), and a non-finite value makes the partial
 non-finite. Such a chunk sets the forward's FLAG of each tile with a row whose partial
-ended non-finite, and forward.py's `_combine_fix_kernel` redoes the tile on the
-token-tile path over visible keys only, in place of its combine. A non-finite partial of any other chunk comes from a key its row
+ended non-finite, and forward.py's fix-up kernel redoes the tile on the token-tile path
+over visible keys only. A non-finite partial of any other chunk comes from a key its row
 sees, and the combined row is non-finite as it should be.
 
 Determinism: a row's partial depends only on its own q row and its block (the tensor-core
@@ -263,7 +262,7 @@ def _partial_chunk(
     b_o = tl.dot(b_p.to(b_v.dtype), b_v, input_precision=PREC) * b_rl[:, None]
     if b_code % 2 == 1:
         # The only chunks that hide keys from a row (see the module doc): flag the tiles
-        # whose rows may have taken a hidden non-finite value, for the fix-up.
+        # whose rows may have taken a hidden non-finite value, for the fix-up kernel.
         _flag_nonfinite(FLAG, i_t // BLOCK_T, b_o, ok)
     if OFF64:
         o_part = i_slot.to(tl.int64) * G + i_g
@@ -387,6 +386,41 @@ def _combine_tile(
     tl.store(LSE + o_row // D, b_lse, mask=row_ok)
 
 
+@triton.jit
+def _combine_kernel(
+    COUNT, PART_O, PART_L, O, LSE, T, Hq, G, MIN_BLOCKS, N_TILES,
+    S: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr,
+    WALK: tl.constexpr,
+):  # fmt: skip
+    """Tiles pid, pid + num_programs, ... of one (b, kv head): the block-handled ones are
+    combined, the others skipped (persistent programs: on the 'recent' pattern no tile is
+    block-handled, and a few programs reading the counts cost less than one per tile).
+    The next tile's count is read before this tile is combined, so the branch on it does
+    not wait for memory. WALK: a power of two >= the tiles of one program, or 0: no
+    pre-check."""
+    pid_t = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    n_prog = tl.num_programs(0)
+    p_count = COUNT + i_bh.to(tl.int64) * N_TILES
+    # All of the program's counts first, in one vector load (WALK >= its tiles): on the
+    # 'recent' pattern none exceeds MIN_BLOCKS, and the walk below never starts.
+    todo = True
+    if WALK > 0:
+        i_w = pid_t + tl.arange(0, WALK) * n_prog
+        todo = tl.max(tl.load(p_count + i_w, mask=i_w < N_TILES, other=0), axis=0) > MIN_BLOCKS
+    if todo:
+        n = tl.load(p_count + pid_t, mask=pid_t < N_TILES, other=0)
+        while pid_t < N_TILES:
+            nxt = pid_t + n_prog
+            n_next = tl.load(p_count + nxt, mask=nxt < N_TILES, other=0)
+            if n > MIN_BLOCKS:
+                _combine_tile(
+                    PART_O, PART_L, O, LSE, pid_t, i_bh, T, Hq, G, S, D, BLOCK_T, BLOCK_G
+                )  # fmt: skip
+            n = n_next
+            pid_t = nxt
+
+
 def _multiprocessors(device):
     """Streaming multiprocessors of a CUDA device (a host-side query); 1 elsewhere."""
     if device.type != "cuda":
@@ -490,19 +524,18 @@ def block_lists(
     return row_ptr, col, code
 
 
-def block_partials(
-    q, k, v, block_idx, counts, hist, col, code, min_blocks, flags, dims, block_t, qk_scale,
-    tuning,
+def block_major_forward(
+    q, k, v, block_idx, counts, hist, col, code, min_blocks, o, lse, flags, dims, block_t,
+    qk_scale, tuning,
 ):  # fmt: skip
-    """Steps 2-4 for the block-handled tiles (called by `selection_forward_triton`, which
-    then combines them, step 5): returns (part_o, part_l), [B * Hkv, T, S, G, D] in q's
-    dtype and fp32 [B * Hkv, T, S, G], written at the kept slots of block-handled tiles
-    (part_l also -inf at their dropped slots).
+    """Write o and lse of the block-handled tiles (called by `selection_forward_triton`).
 
     Args:
         q, k, v, block_idx: the forward's checked inputs; dims their `_checks.Dims`.
         counts, hist, min_blocks, col, code: as for `block_lists` (hist, col and code from
             `list_scratch`).
+        o: [B, Hq, T, D], lse: fp32 [B, Hq, T], the forward's outputs: rows of block-handled
+            tiles are written here, the others left alone.
         flags: int32 [B * Hkv, n_tiles], zero-filled: set to 1 for each block-handled tile
             with a row whose partial over a block that takes the causal mask ended
             non-finite (a hidden key's value may have reached it).
@@ -538,17 +571,15 @@ def block_partials(
         EVICT=t.partial_store_evict,
         direct=direct, num_warps=t.partial_warps,
     )  # fmt: skip
-    return part_o, part_l
-
-
-def combine_grid(n_tiles, BH, device, tuning=None):
-    """(programs per (b, kv head), WALK) of the combine: `combine_waves` persistent programs
-    per SM shared by the BH heads (None: one per tile); WALK, the power of two >= a
-    program's tiles that its pre-check loads at once, or 0 (no pre-check) past
-    `combine_precheck_tiles`."""
-    t = resolve(tuning).block_major
+    n_tiles = counts.shape[1]
     n_comb = n_tiles
     if t.combine_waves is not None:
-        n_comb = min(n_tiles, _runtime.cdiv(t.combine_waves * _multiprocessors(device), BH))
+        n_comb = min(n_tiles, _runtime.cdiv(t.combine_waves * _multiprocessors(q.device), BH))
     walk = _runtime.next_pow2(_runtime.cdiv(n_tiles, n_comb))
-    return n_comb, (walk if walk <= t.combine_precheck_tiles else 0)
+    _runtime.launch(
+        _combine_kernel, (n_comb, BH),
+        counts, part_o, part_l, o, lse, dims.T, dims.Hq, dims.G, min_blocks, n_tiles,
+        S=dims.S, D=dims.D, BLOCK_T=block_t, BLOCK_G=block_g,
+        WALK=walk if walk <= t.combine_precheck_tiles else 0,
+        direct=direct, num_warps=t.combine_warps,
+    )  # fmt: skip

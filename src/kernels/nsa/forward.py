@@ -34,8 +34,8 @@ The tile kernel returns at once for block-handled tiles and the block-major
 kernels at once for the others, so the choice costs no host sync (calls stay capturable in a
 CUDA graph); when no tile is block-handled the block-major phase costs its launches only.
 When both paths may run, the tile kernel runs on a second stream beside the block-major
-kernels up to the partials (`overlap_tile_kernel`): they write disjoint rows, and the
-call joins the streams before its last kernel, which reads both paths' flags.
+kernels (`overlap_tile_kernel`): they write disjoint rows, and the call joins the streams
+before it returns.
 
 fp32 inputs use tl.dot with input_precision="ieee" so results match the fp32 reference to
 about 1e-5 on the GPU as well as in the interpreter.
@@ -48,13 +48,11 @@ can only make a row's sum non-finite. So both paths run their plain products and
 (FLAG, one int32 per tile) the tiles where a hidden value may have reached a row: the
 token-tile kernel a tile with a real row that ends non-finite, the block-major phase a tile
 with a row whose partial over its causal block does (`block_major`: the only partials that
-hide keys). The call's last kernel, launched after both, redoes the flagged tiles on the
+hide keys). A fix-up kernel, launched after both, redoes the flagged tiles on the
 token-tile path with each row's p @ v over its visible keys (`_visible_pv`: non-finite
-values enter the dot as 0, and a row that sees one gets NaN). With the block-major phase
-that kernel is its combine as well (`_combine_fix_kernel`: one launch fewer); without it,
-a fix-up kernel of its own (`_sel_fwd_fix_kernel`). Clean inputs pay one check per token
-tile and per causal chunk, and the last kernel's flag loads; the SAFE code sits outside
-the token-tile and partial kernels, so it costs them no registers. A non-finite key or value that a row sees makes the row non-finite
+values enter the dot as 0, and a row that sees one gets NaN). Clean inputs pay one check
+per token tile and per causal chunk, and the fix-up kernel's flag loads; the SAFE code
+sits in a kernel of its own, so it costs the fast kernels no registers. A non-finite key or value that a row sees makes the row non-finite
 (NaN when it is a NaN).
 """
 
@@ -66,7 +64,6 @@ import triton.language as tl
 
 from .. import _runtime
 from . import _checks, block_major
-from .block_major import _combine_tile
 from .tiles import (
     LN2,
     LOG2E,
@@ -199,7 +196,7 @@ def _sel_fwd_tile(
     b_lse = tl.where(no_key, float("-inf"), b_lse)
     if not SAFE:
         # A row that ended non-finite (its sum is) gets lse NaN for now and flags its tile,
-        # which the call's last kernel then redoes, o and lse both. The flag is read off the lse
+        # which the fix-up kernel then redoes, o and lse both. The flag is read off the lse
         # being stored: that vector changes layout for its store anyway, and a flag vector
         # of its own would take a second trip through shared memory. An lse that is NaN by
         # itself (a visible NaN) comes with a NaN o, so it flags the same tiles.
@@ -262,59 +259,6 @@ def _sel_fwd_fix_kernel(
                     S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, FOR_LOOP, True,
                 )  # fmt: skip
             i += 1
-
-
-@triton.jit
-def _combine_fix_kernel(
-    Q, K, V, IDX, LIST, COUNT, PART_O, PART_L, O, LSE, FLAG,
-    T, NB, Hq, G, qk_scale, MIN_BLOCKS, N_TILES,
-    S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
-    FOR_LOOP: tl.constexpr, WALK: tl.constexpr,
-):  # fmt: skip
-    """The last kernel of a call with the block-major phase: tiles pid, pid + num_programs,
-    ... of one (b, kv head). A flagged tile (FLAG, from either path) is redone on the
-    token-tile path with SAFE products; an unflagged block-handled tile (COUNT >
-    MIN_BLOCKS) is combined from its partials (`block_major._combine_tile`, step 5); the
-    others are the tile kernel's and are left alone. Persistent programs: on the 'recent'
-    pattern with clean inputs there is nothing to do, and a few programs reading the counts
-    and flags cost less than one per tile. The next tile's count and flag are read before
-    this tile is handled, so the branch on them does not wait for memory. WALK: a power of
-    two >= the tiles of one program, all of whose counts and flags are pre-checked in one
-    vector load each, or 0: no pre-check."""
-    pid_t = tl.program_id(0)
-    i_bh = tl.program_id(1)
-    n_prog = tl.num_programs(0)
-    p_count = COUNT + i_bh.to(tl.int64) * N_TILES
-    p_flag = FLAG + i_bh.to(tl.int64) * N_TILES
-    todo = True
-    if WALK > 0:
-        i_w = pid_t + tl.arange(0, WALK) * n_prog
-        m_w = i_w < N_TILES
-        b_n = tl.max(tl.load(p_count + i_w, mask=m_w, other=0), axis=0)
-        b_f = tl.max(tl.load(p_flag + i_w, mask=m_w, other=0), axis=0)
-        todo = (b_n > MIN_BLOCKS) | (b_f > 0)
-    if todo:
-        m_t = pid_t < N_TILES
-        n = tl.load(p_count + pid_t, mask=m_t, other=0)
-        f = tl.load(p_flag + pid_t, mask=m_t, other=0)
-        while pid_t < N_TILES:
-            nxt = pid_t + n_prog
-            n_next = tl.load(p_count + nxt, mask=nxt < N_TILES, other=0)
-            f_next = tl.load(p_flag + nxt, mask=nxt < N_TILES, other=0)
-            if f != 0:
-                _sel_fwd_tile(
-                    Q, K, V, IDX, LIST, COUNT, O, LSE, FLAG, pid_t, i_bh,
-                    i_bh.to(tl.int64) * N_TILES + pid_t, T, NB, Hq, G, qk_scale,
-                    S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, FOR_LOOP, True,
-                )  # fmt: skip
-            elif n > MIN_BLOCKS:
-                _combine_tile(
-                    PART_O, PART_L, O, LSE, pid_t, i_bh, T, Hq, G, S, D, BLOCK_T, BLOCK_G
-                )  # fmt: skip
-            n = n_next
-            f = f_next
-            pid_t = nxt
 
 
 def block_path_bytes(dims, element_size):
@@ -410,33 +354,20 @@ def selection_forward_triton(
             num_stages=forward_stages(block_t, tuning),
         )  # fmt: skip
     if hist is not None:
-        part_o, part_l = block_major.block_partials(
-            q, k, v, block_idx, counts, hist, col, code, min_blocks, flags, dims, block_t,
-            qk_scale, tuning,
+        block_major.block_major_forward(
+            q, k, v, block_idx, counts, hist, col, code, min_blocks, o, lse, flags, dims,
+            block_t, qk_scale, tuning,
         )  # fmt: skip
     if side is not None:
-        # Join: everything after this on `main` (the last kernel below, which reads the tile
-        # kernel's flags, and the caching allocator's reuse of this call's temporaries, which
-        # were allocated on `main`) waits for the tile kernel.
+        # Join: everything after the call on `main` (and the caching allocator's reuse of
+        # this call's temporaries, which were allocated on `main`) waits for the tile kernel.
         main.wait_stream(side)
-    common = dict(
-        S=dims.S, D=dims.D, BS=block_size, S_PAD=_runtime.next_pow2(dims.S), BLOCK_T=block_t,
-        BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(), direct=tuning.direct_launch,
+    _runtime.launch(
+        _sel_fwd_fix_kernel, (_runtime.cdiv(grid[0], ft.fix_tiles), grid[1]),
+        q, k, v, block_idx, lists, counts, o, lse, flags,
+        dims.T, dims.NB, dims.Hq, dims.G, qk_scale, grid[0],
+        S=dims.S, D=dims.D, BS=block_size, S_PAD=_runtime.next_pow2(dims.S),
+        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(), FIX=ft.fix_tiles,
+        direct=tuning.direct_launch, num_warps=ft.num_warps, num_stages=1,
     )  # fmt: skip
-    if hist is not None:
-        # Step 5 of the block-major phase and the fix-up, in one kernel.
-        n_comb, walk = block_major.combine_grid(grid[0], grid[1], q.device, tuning)
-        _runtime.launch(
-            _combine_fix_kernel, (n_comb, grid[1]),
-            q, k, v, block_idx, lists, counts, part_o, part_l, o, lse, flags,
-            dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks, grid[0],
-            WALK=walk, num_warps=tuning.block_major.combine_warps, num_stages=1, **common,
-        )  # fmt: skip
-    else:
-        _runtime.launch(
-            _sel_fwd_fix_kernel, (_runtime.cdiv(grid[0], ft.fix_tiles), grid[1]),
-            q, k, v, block_idx, lists, counts, o, lse, flags,
-            dims.T, dims.NB, dims.Hq, dims.G, qk_scale, grid[0],
-            FIX=ft.fix_tiles, num_warps=ft.num_warps, num_stages=1, **common,
-        )  # fmt: skip
     return (o, lse) if return_lse else o
