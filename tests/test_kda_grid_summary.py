@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from tools.dev import kda_grid_summary as summary
 
 
@@ -43,3 +45,16 @@ def test_a_point_one_side_lacks_shows_a_dash():
     runs = [result({(16, 1, "fused"): (5.0, 6.0)})]
     text, losing = summary.table(runs, 1.005)
     assert losing == [] and "| 16 | safe | 1 | - | - | - | - |" in text
+
+
+def test_results_of_two_tunings_are_not_mixed(tmp_path, capsys):
+    paths = []
+    for i, heads in enumerate((None, 8)):
+        r = dict(result({(8, 4, "fused"): (5.0, 6.0)}), table_heads=heads)
+        paths.append(tmp_path / f"p{i}.json")
+        paths[-1].write_text(json.dumps(r))
+    with pytest.raises(SystemExit):
+        summary.main([str(p) for p in paths])
+    assert "mix tunings" in capsys.readouterr().err
+    summary.main([str(paths[1])])
+    assert "table_heads: 8" in capsys.readouterr().out

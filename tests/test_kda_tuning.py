@@ -113,3 +113,37 @@ def test_setting_a_removed_knob_raises_naming_its_tuning_field(module, name, fie
     with pytest.raises(AttributeError, match=rf"{name} is no longer read.*tuning=.*{field}="):
         setattr(mod, name, 4)
     assert not hasattr(mod, name)
+
+
+def test_table_batch_scales_the_batch_by_the_heads():
+    """table_heads=None reads the tables at the batch; a number scales it by HV / heads
+    (at least 1); a bad value is refused naming the field."""
+    assert kt.table_batch(kt.DEFAULT.verify, 4, 16) == 4
+    tn = replace(kt.DEFAULT.verify, table_heads=8)
+    got = [kt.table_batch(tn, b, hv) for b, hv in ((4, 16), (4, 8), (1, 4), (3, 16))]
+    assert got == [8, 4, 1, 6]
+    for bad in (0, -8, 8.0, True):
+        with pytest.raises(ValueError, match="table_heads"):
+            kt.table_batch(replace(tn, table_heads=bad), 4, 16)
+
+
+@pytest.mark.parametrize(
+    ("mode", "kernel", "part"),
+    [("fused", "fused", "verify"), ("unfused", "recurrent", "recurrent")],
+)
+def test_table_heads_reads_every_table_at_the_scaled_batch(mode, kernel, part, launches, device):
+    """With table_heads set, a call at B sequences and HV heads launches what the default
+    launches at batch B * HV / table_heads: tile, warps, stages, key chunk and flags."""
+    Hq, nb = 2, 3  # HV = 4 Hq below: the scaled batch (12) sits in another tile row than 3
+    heads = 2
+
+    def launch(batch, tuning=None):
+        inp = make_inputs(batch, T, Hq, 4 * Hq, K, V, torch.float32, device)
+        make_runner(mode, inp, batch, T, Hq, 4 * Hq, K, V, tuning=tuning)()
+        return {k: v for k, v in launches[kernel][-1].items() if k != "grid"}
+
+    base = getattr(kt.DEFAULT, part)
+    tn = kt.KdaTuning(**{part: replace(base, table_heads=heads)})
+    scaled = launch(nb, tn)
+    assert scaled == launch(nb * 4 * Hq // heads)
+    assert scaled != launch(nb)

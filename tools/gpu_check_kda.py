@@ -74,15 +74,30 @@ def cold_sets(B, HV, seed):
     return [first] + [make_set(B, HV, seed + i) for i in range(1, n_sets)]
 
 
+BASE = kt.DEFAULT  # every call's tuning (main: --table-heads sets it)
+
+
 def runner(mode, s, B, HV, lb, tuning=None):
     """The benchmark's call pattern for one mode on input set s (kda_cases.make_call);
-    `tuning`: a kernels.kda.tuning.KdaTuning, or None for the default."""
+    `tuning`: a kernels.kda.tuning.KdaTuning, or None for BASE."""
+    tuning = BASE if tuning is None else tuning
     return cases.make_call(kda, mode, s, B, T, H, HV, K, V, lb, scale=K**-0.5, tuning=tuning)
 
 
 def block_v_tuning(bv):
-    """A KdaTuning forcing the fused kernel's BLOCK_V to bv."""
-    return kt.KdaTuning(verify=dataclasses.replace(kt.DEFAULT.verify, block_v=bv))
+    """BASE with the fused kernel's BLOCK_V forced to bv."""
+    return dataclasses.replace(BASE, verify=dataclasses.replace(BASE.verify, block_v=bv))
+
+
+def with_table_heads(heads):
+    """The default tuning with both recurrence kernels' tables read at HV / heads times the
+    batch (`kernels.kda.tuning.table_batch`); None: the default itself."""
+    if heads is None:
+        return kt.DEFAULT
+    return kt.KdaTuning(
+        verify=dataclasses.replace(kt.DEFAULT.verify, table_heads=heads),
+        recurrent=dataclasses.replace(kt.DEFAULT.recurrent, table_heads=heads),
+    )
 
 
 def sync():
@@ -191,7 +206,10 @@ def main():
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--budget-s", type=float, default=200, help="skip the rest of the sweep after")
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny fp32 correctness run on the CPU")
+    ap.add_argument("--table-heads", type=int, default=None, help="tables read at batch B * HV / N")
     args = ap.parse_args()
+    global BASE
+    BASE = with_table_heads(args.table_heads)
     if args.cpu_smoke:  # exercises the checking code under the Triton interpreter
         global DEV, DT, H, K, V
         DEV, DT, H, K, V = "cpu", torch.float32, 1, 16, 16
@@ -199,7 +217,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     t_start = time.time()
     dev_name = "cpu" if DEV == "cpu" else torch.cuda.get_device_name()
-    result = {"device": dev_name, "torch": torch.__version__}
+    result = {"device": dev_name, "torch": torch.__version__, "table_heads": args.table_heads}
     result.update(correctness=[], ring_bits=[], timings=[], sweep=[], errors=[])
     errors = result["errors"]
     import triton

@@ -8,7 +8,8 @@ takes each mode's median over the processes (seed-style and cold figures apart) 
 the ratio fused / unfused, marking with `!` each ratio above --bar: the points where the
 fused entry point loses to the unfused pair, which is what the issue's bar ("fused <=
 unfused x 1.005, each side the median of >= 3 fresh-process medians") is read against.
-A point that some process did not time shows `-`.
+A point that some process did not time shows `-`. The processes must share one tuning
+(`--table-heads`, recorded in each result): a mix is refused.
 """
 
 import argparse
@@ -83,6 +84,12 @@ def main(argv=None):
     ap.add_argument("--bar", type=float, default=1.005, help="fused / unfused above this loses")
     args = ap.parse_args(argv)
     results = [json.loads(p.read_text()) for p in args.results]
+    heads = {r.get("table_heads") for r in results}
+    if len(heads) > 1:
+        ap.error(
+            f"the results mix tunings (table_heads {sorted(heads, key=str)}): summarise each apart"
+        )
+    print(f"table_heads: {heads.pop()}")
     text, _ = table(results, args.bar)
     print(text)
 

@@ -432,13 +432,14 @@ def fused_kda_conv_gating_verify(
     ptrs, strides = save_args(intermediate_states_buffer, ring, cache_ring, ssm_states, dtype)
     tn = _tuning.resolve(tuning, _tuning.VerifyTuning, "verify")
     ring_mode = bool(cache_ring)
+    Bt = _tuning.table_batch(tn, B, HV)  # the batch the tables are read at
     BV, SUB, num_warps, stages = _tuning.pick_tile(
-        tn, ring_mode, B, V, K, KDA_VERIFY_BLOCK_V, "KDA_VERIFY_BLOCK_V"
+        tn, ring_mode, Bt, V, K, KDA_VERIFY_BLOCK_V, "KDA_VERIFY_BLOCK_V"
     )
-    kc = _tuning.key_chunk(tn, ring_mode, B, K)
-    prefetch = _tuning.prefetch_flag(tn, ring_mode, B)
-    project = _tuning.project_flag(tn, ring_mode, False, B)
-    norm_row = _tuning.norm_row_flag(tn, ring_mode, B)
+    kc = _tuning.key_chunk(tn, ring_mode, Bt, K)
+    prefetch = _tuning.prefetch_flag(tn, ring_mode, Bt)
+    project = _tuning.project_flag(tn, ring_mode, False, Bt)
+    norm_row = _tuning.norm_row_flag(tn, ring_mode, Bt)
     snap_cm = _tuning.snapshot_cache_modifier(tn)
     maxnreg = _tuning.maxnreg_kwargs(tn)
     n_lines = window.shape[0]

@@ -335,11 +335,12 @@ def fused_sigmoid_gating_delta_rule_update(
     )
     tn = _tuning.resolve(tuning, _tuning.RecurrentTuning, "recurrent")
     ring_mode = bool(cache_ring)
-    BV, SUB, num_warps, stages = _tuning.pick_tile(tn, ring_mode, B, V, K)
-    kc = _tuning.key_chunk(tn, ring_mode, B, K)
+    Bt = _tuning.table_batch(tn, B, HV)  # the batch the tables are read at
+    BV, SUB, num_warps, stages = _tuning.pick_tile(tn, ring_mode, Bt, V, K)
+    kc = _tuning.key_chunk(tn, ring_mode, Bt, K)
     needs_state = not disable_state_update and intermediate_states_buffer is None
-    project = _tuning.project_flag(tn, ring_mode, needs_state, B)
-    norm_row = _tuning.norm_row_flag(tn, ring_mode, B)
+    project = _tuning.project_flag(tn, ring_mode, needs_state, Bt)
+    norm_row = _tuning.norm_row_flag(tn, ring_mode, Bt)
     snap_cm = _tuning.snapshot_cache_modifier(tn)
     maxnreg = _tuning.maxnreg_kwargs(tn)
     grid = (B, HV, V // BV)

@@ -11,7 +11,8 @@ through `tuning=` (None = the default), e.g.
 Tables are tuples of rows whose first entry is the largest batch B the row covers (None:
 every larger batch); the first row that covers B wins. A forced field (not None) wins
 over its table. The tables hold the fastest choice per batch on an H200 at the seed's
-shape (H = HV = 8, K = V = 128, T = 4, bf16).
+shape (H = HV = 8, K = V = 128, T = 4, bf16). `table_heads` reads them at other head
+counts by the work they launch instead of by sequences (`table_batch`).
 
 Modes: "fused" / "fused+ring" are the fused kernel saving snapshots / the replay ring,
 "unfused" / "unfused+ring" the recurrent kernel of the unfused pair.
@@ -70,6 +71,11 @@ class RecurrenceTuning:
     # PTX cache modifier of the snapshot stores: ".cs" (streaming), as the snapshots are
     # written once per call and read only after a rejection.
     snapshot_cache_modifier: str = ".cs"
+    # The value heads the tables were tuned at, or None. With a number, a call with HV value
+    # heads reads the tables at batch B * HV / table_heads (`table_batch`): a program's work
+    # and the program count then match the tuned shape's (twice the heads: twice the
+    # programs at a batch, as at twice the batch). None: the tables' B is the batch.
+    table_heads: int | None = None
 
     def tables(self, ring):
         """The ModeTables of the ring (True) or snapshot (False) mode."""
@@ -173,6 +179,17 @@ def resolve(tuning, cls, part):
 def table_row(rows, B):
     """The first row of `rows` covering batch B (its first entry None or >= B)."""
     return next(row for row in rows if row[0] is None or B <= row[0])
+
+
+def table_batch(tuning, B, HV):
+    """The batch at which a call of B sequences with HV value heads reads its tables: B, or
+    with tuning.table_heads set (checked), B * HV // table_heads, at least 1."""
+    heads = tuning.table_heads
+    if heads is None:
+        return B
+    if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1:
+        raise ValueError(f"table_heads must be None or a positive int, got {heads!r}")
+    return max(1, B * HV // heads)
 
 
 def num_warps_for(block_v, K):
