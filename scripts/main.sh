@@ -18,11 +18,23 @@
 #   ATTNBENCH_SUITE=nightly    the full grids for step 3 (default: the per-commit subset)
 #   ATTNBENCH_VIEW=0           skip step 4 (the seed's view) and its report
 #   ATTNBENCH_MACHINE=NAME     machine name (default: cpu-smoke, or gpu-<hostname>)
-#   ATTNBENCH_COMMITS=N        how many commits back from HEAD (default 3)
+#   ATTNBENCH_COMMITS=N        how many commits back from HEAD (default 3; 0 skips step 3,
+#                              so that with the view on only the view runs)
 #   ATTNBENCH_WHEELHOUSE=DIR   offline: asv's environments install from DIR only
 #                              (tools/build_wheelhouse.sh fills one)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+COMMITS=${ATTNBENCH_COMMITS:-3}
+case "$COMMITS" in
+    '' | *[!0-9]*)
+        echo "main: ATTNBENCH_COMMITS must be a whole number, got '$COMMITS'" >&2
+        exit 2
+        ;;
+esac
+if [ "$COMMITS" -eq 0 ] && [ "${ATTNBENCH_VIEW:-1}" = 0 ]; then
+    echo "main: ATTNBENCH_COMMITS=0 with ATTNBENCH_VIEW=0 leaves nothing to run" >&2
+    exit 2
+fi
 bash scripts/bootstrap.sh
 
 VPY=$PWD/.venv/bin/python
@@ -51,7 +63,7 @@ export ATTNBENCH_HOST_SITE
 
 "$VPY" tools/asv_machine.py --machine "$MACHINE"
 mkdir -p .asv
-git rev-list --max-count="${ATTNBENCH_COMMITS:-3}" HEAD >.asv/commits.txt
+git rev-list --max-count="$COMMITS" HEAD >.asv/commits.txt
 echo "main: mode=$MODE machine=$MACHINE commits=$(wc -l <.asv/commits.txt)"
 
 # Out-of-memory points are logged beside the results, so the report and the site can tell
@@ -60,8 +72,10 @@ mkdir -p "results/$MACHINE"
 export ATTNBENCH_NA_LOG=$PWD/results/$MACHINE/na_reasons.jsonl
 
 status=0
-"$VPY" -m asv run "HASHFILE:.asv/commits.txt" --machine "$MACHINE" \
-    --skip-existing-commits --record-samples --show-stderr || status=$?
+if [ "$COMMITS" -gt 0 ]; then
+    "$VPY" -m asv run "HASHFILE:.asv/commits.txt" --machine "$MACHINE" \
+        --skip-existing-commits --record-samples --show-stderr || status=$?
+fi
 
 # The seed's view, HEAD only, under a machine of its own (its figures are no history of the
 # default suite's). asv rewrites results/benchmarks.json from every run's discovery; the
@@ -96,12 +110,19 @@ if [ -d node_modules ]; then
 else
     VENDORED=no
 fi
-"$VPY" tools/report.py --results results --out report --machine "$MACHINE"
+# The default suite's report, where it has results (not with ATTNBENCH_COMMITS=0 on a new
+# machine: asv's result files are <commit>-<environment>.json beside its machine.json).
+if find "results/$MACHINE" -maxdepth 1 -name '*-*.json' | grep -q .; then
+    "$VPY" tools/report.py --results results --out report --machine "$MACHINE"
+else
+    echo "main: no results for machine $MACHINE, so no report of the default suite"
+fi
 if [ "${ATTNBENCH_VIEW:-1}" != 0 ] && [ -d "results/$VIEW_MACHINE" ]; then
     "$VPY" tools/report.py --results results --out report/view --machine "$VIEW_MACHINE" \
         --title "The seed's view at HEAD" || echo "main: no report of the view" >&2
 fi
 # The report's page, the smoke banner and the page-from-disk note go in after every publish.
+mkdir -p report
 "$VPY" tools/site_extras.py html --report report
 
 cat <<EOF

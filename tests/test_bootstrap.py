@@ -290,3 +290,84 @@ def test_gpu_pass_without_a_visible_gpu_is_an_error(tmp_path):
                           env=env, capture_output=True, text=True)  # fmt: skip
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert "ATTNBENCH_REQUIRE_GPU=1" in proc.stderr
+
+
+# ------------------------------------------------------------ scripts/main.sh's steps
+MAIN_STUB_PYTHON = """#!/usr/bin/env bash
+echo "$*" >> "$CALLS"
+case "$1 $2" in
+    "-c "*) printf 'smoke\\nVIEWSEL\\n' ;;
+    "tools/asv_host_site.py --print") echo /host/site ;;
+    "-m asv")
+        # asv run: a result file for the machine it names, as asv writes one per commit
+        if [ "$3" = run ]; then
+            m=$(sed -n 's/.*--machine \\([^ ]*\\).*/\\1/p' <<<"$*")
+            mkdir -p "results/$m" && touch "results/$m/0123abcd-env.json"
+        fi ;;
+esac
+exit 0
+"""
+
+
+def _main_sh(tmp_path, **env_vars):
+    """scripts/main.sh in a scratch git repository whose set-up, npm and .venv python are
+    stubs that record each call: (exit code, the recorded calls, stderr)."""
+    work = tmp_path / "repo"
+    (work / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts/main.sh", work / "scripts/main.sh")
+    (work / "scripts/bootstrap.sh").write_text('echo "bootstrap" >> "$CALLS"\n')
+    py = work / ".venv/bin/python"
+    py.parent.mkdir(parents=True)
+    py.write_text(MAIN_STUB_PYTHON)
+    py.chmod(0o755)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "npm").write_text('#!/bin/sh\necho "npm $*" >> "$CALLS"\nexit 1\n')
+    (bin_dir / "npm").chmod(0o755)
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t",
+                                                 "commit", "-qm", "c1"]):  # fmt: skip
+        subprocess.run(["git", *args], cwd=work, check=True, capture_output=True)
+    calls = tmp_path / "calls"
+    calls.write_text("")
+    env = dict(os.environ, CALLS=str(calls), PATH=f"{bin_dir}:{os.environ['PATH']}",
+               ATTNBENCH_MACHINE="m", **env_vars)  # fmt: skip
+    for var in ("ATTNBENCH_COMMITS", "ATTNBENCH_VIEW", "ATTNBENCH_WHEELHOUSE"):
+        if var not in env_vars:
+            env.pop(var, None)
+    proc = subprocess.run(["bash", str(work / "scripts/main.sh")], cwd=work, env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    return proc.returncode, calls.read_text().splitlines(), proc.stderr
+
+
+def test_main_sh_runs_the_commits_then_the_view(tmp_path):
+    code, calls, err = _main_sh(tmp_path)
+    assert code == 0, err
+    runs = [c for c in calls if c.startswith("-m asv run")]
+    assert runs[0].startswith("-m asv run HASHFILE:.asv/commits.txt --machine m ")
+    assert runs[1].startswith("-m asv run HEAD^! --machine m-view -b VIEWSEL ")
+    reports = [c for c in calls if c.startswith("tools/report.py")]
+    assert [r.split("--machine ")[1].split()[0] for r in reports] == ["m", "m-view"]
+
+
+def test_main_sh_with_no_commits_runs_only_the_view(tmp_path):
+    """ATTNBENCH_COMMITS=0: no run of the default suite and no report of it (the machine
+    has no results), the view and its report as usual."""
+    code, calls, err = _main_sh(tmp_path, ATTNBENCH_COMMITS="0")
+    assert code == 0, err
+    runs = [c for c in calls if c.startswith("-m asv run")]
+    assert len(runs) == 1 and runs[0].startswith("-m asv run HEAD^! --machine m-view")
+    reports = [c for c in calls if c.startswith("tools/report.py")]
+    assert len(reports) == 1 and "--machine m-view" in reports[0]
+    assert any(c.startswith("tools/site_extras.py html --report report") for c in calls)
+
+
+@pytest.mark.parametrize(
+    ("env_vars", "message"),
+    [({"ATTNBENCH_COMMITS": "x"}, "whole number"),
+     ({"ATTNBENCH_COMMITS": "-1"}, "whole number"),
+     ({"ATTNBENCH_COMMITS": "0", "ATTNBENCH_VIEW": "0"}, "nothing to run")],
+)  # fmt: skip
+def test_main_sh_refuses_bad_settings_before_set_up(tmp_path, env_vars, message):
+    code, calls, err = _main_sh(tmp_path, **env_vars)
+    assert code == 2 and message in err
+    assert "bootstrap" not in calls
