@@ -112,7 +112,7 @@ else
 fi
 # The default suite's report, where it has results (not with ATTNBENCH_COMMITS=0 on a new
 # machine: asv's result files are <commit>-<environment>.json beside its machine.json).
-if find "results/$MACHINE" -maxdepth 1 -name '*-*.json' | grep -q .; then
+if [ -n "$(find "results/$MACHINE" -maxdepth 1 -name '*-*.json' -print -quit)" ]; then
     "$VPY" tools/report.py --results results --out report --machine "$MACHINE"
 else
     echo "main: no results for machine $MACHINE, so no report of the default suite"
