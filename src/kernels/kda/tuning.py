@@ -73,9 +73,9 @@ class RecurrenceTuning:
     snapshot_cache_modifier: str = ".cs"
     # The value heads the tables were tuned at, or None. With a number, a call with HV value
     # heads reads the tables (and prefetch_after_b) at batch B * HV / table_heads
-    # (`table_batch`): a program's work
-    # and the program count then match the tuned shape's (twice the heads: twice the
-    # programs at a batch, as at twice the batch). None: the tables' B is the batch.
+    # (`table_batch`): a program's work and the program count then match the tuned shape's
+    # (twice the heads: twice the programs at a batch, as at twice the batch). None: the
+    # tables' B is the batch.
     table_heads: int | None = None
 
     def tables(self, ring):
