@@ -4,8 +4,8 @@ The interpreter runs the kernels' Python, not the compiler: a kernel that only f
 Triton's GPU lowering (tuples in loops, layouts, register pressure) would pass every CPU
 test. `tools/dev/compile_kda_sm90.py` compiles through the public wrappers down to a cubin
 with ptxas and reads registers, local memory and the stack frame (spills) from it; this
-runs it on the shipped tiles' shapes (no spills allowed), the sub-tile loop (with and
-without pipelining), and state tiles with and without key chunks.
+runs it on the shipped tiles' shapes (no spills allowed), the sub-tile loop (one and
+two stages), and state tiles with and without key chunks.
 """
 
 import json
@@ -38,12 +38,12 @@ def _run(*args):
         # B=2 in the tool: the small-batch tiles.
         (["--block-v", "4", "8", "--warps", "1", "2", "4"], 24),
         # 128-row programs in two 64-row sub-tiles, key chunks of 64, compiled for every
-        # mode (the ring modes' B > 32 tile up to v11); the fused kernel's B > 32 tile,
-        # 64-row programs in two 32-row sub-tiles with the next one's loads ahead (two
-        # live at once), key chunks of 64 (and v10-v13's 128-row programs of four).
+        # mode; the fused kernel's snapshot tile from B = 5 (read at B * HV / 8): 32 rows
+        # in one piece on 4 warps, plain, at both head shapes.
         (["--block-v", "128", "--sub-v", "64", "--warps", "4", "--key-chunk", "64"], 4),
-        (["--modes", "fused", "--block-v", "64", "128", "--sub-v", "32", "--warps", "4",
-          "--key-chunk", "64", "--prefetch"], 2),
+        (["--modes", "fused", "--block-v", "32", "--warps", "4", "--key-chunk", "128"], 1),
+        (["--modes", "fused", "--block-v", "32", "--warps", "4", "--key-chunk", "128",
+          "--hv", "16"], 1),
         # The ring modes' projected one-piece tiles at 2 < B <= 8 (up to v13; fused+ring's
         # 16 rows at 2 < B <= 4 since v14): 16 and 32 rows on 2 warps with key chunks of
         # 32; the recurrent kernel's 4 rows on 1 warp, plain.
@@ -58,7 +58,8 @@ def _run(*args):
         (["--modes", "fused+ring", "--block-v", "16", "--warps", "2", "--key-chunk", "128",
           "--project", "off", "--norm-row", "on"], 1),
     ],
-    ids=["small-tiles", "wide-tiles", "fused-wide-batch-tile", "projected-small-tiles",
+    ids=["small-tiles", "wide-tiles", "fused-snapshot-tile", "fused-snapshot-tile-hv16",
+         "projected-small-tiles",
          "projected-4-row-tile", "plain-tile", "ring-plain-16-row-tile"],
 )  # fmt: skip
 def test_kernels_compile_for_sm90_without_spills(args, n_rows):

@@ -71,7 +71,7 @@ def test_tuning_reaches_every_launch(mode, launches, device):
     fields = dict(block_v=16, sub_v=8, num_warps=2, stages=2, key_chunk=8, norm_row=True)
     fields.update(snapshot_cache_modifier=".cg", maxnreg=200, project=False)
     tn = kt.KdaTuning(
-        verify=replace(kt.DEFAULT.verify, prefetch=True, **fields),
+        verify=replace(kt.DEFAULT.verify, **fields),
         recurrent=replace(kt.DEFAULT.recurrent, **fields),
         conv=kt.ConvTuning(block_d=64, num_warps=2),
     )
@@ -81,9 +81,7 @@ def test_tuning_reaches_every_launch(mode, launches, device):
     got = {k: kw[k] for k in ("BLOCK_V", "SUB_V", "STAGES", "KC", "NORM_ROW", "SNAP_CM")}
     assert got == dict(BLOCK_V=16, SUB_V=8, STAGES=2, KC=8, NORM_ROW=True, SNAP_CM=".cg")
     assert (kw["num_warps"], kw["maxnreg"], kw["PROJECT"]) == (2, 200, False)
-    if mode == "fused":
-        assert kw["PREFETCH"] is True
-    else:
+    if mode != "fused":
         (conv,) = launches["conv"]
         assert (conv["BLOCK_D"], conv["num_warps"]) == (64, 2)
 
@@ -117,8 +115,11 @@ def test_setting_a_removed_knob_raises_naming_its_tuning_field(module, name, fie
 
 def test_table_batch_scales_the_batch_by_the_heads():
     """table_heads=None reads the tables at the batch; a number scales it by HV / heads
-    (at least 1); a bad value is refused naming the field."""
-    assert kt.table_batch(kt.DEFAULT.verify, 4, 16) == 4
+    (at least 1); a bad value is refused naming the field. The fused kernel's default reads
+    its tables at the tuned shape's program count (HV = 8), the recurrent kernel's at the
+    batch."""
+    assert kt.table_batch(kt.DEFAULT.recurrent, 4, 16) == 4
+    assert [kt.table_batch(kt.DEFAULT.verify, 4, hv) for hv in (4, 8, 16)] == [2, 4, 8]
     tn = replace(kt.DEFAULT.verify, table_heads=8)
     got = [kt.table_batch(tn, b, hv) for b, hv in ((4, 16), (4, 8), (1, 4), (3, 16))]
     assert got == [8, 4, 1, 6]

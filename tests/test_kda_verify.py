@@ -188,6 +188,16 @@ def test_modes_vs_reference(mode, B, T, H, HV, lower_bound, pad, cpu_dtype, devi
     run_and_check(mode, B, T, H, HV, 16, 16, cpu_dtype, device, lower_bound, pad, tuning=one_tile)
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("B,HV", [(3, 8), (5, 8), (3, 16)])
+def test_batches_off_the_grid_vs_reference(mode, B, HV, device):
+    """Batches between the tables' rows (B = 3, 5) and, at twice the heads, where the fused
+    kernel reads its tables at twice the batch (B = 3 at HV = 16 reads row 6): every mode
+    against the reference with the default tuning, a padded sequence, fp32. (V = 16 clips
+    the wide tiles here; the bf16 GPU test runs B = 3, 5, 33 and 48 at the seed's shape.)"""
+    run_and_check(mode, B, 2, 1, HV, 16, 16, torch.float32, device, -5.0, pad=B // 2)
+
+
 @pytest.mark.parametrize("lower_bound", [None, -5.0])
 def test_ring_bytes_fused_equal_unfused(lower_bound, cpu_dtype, device):
     """fused+ring and unfused+ring fill the whole ring with identical bytes."""
@@ -233,45 +243,41 @@ def test_replay_matches_snapshots(cpu_dtype, device, one_tile):
     assert rel_err(new[1], snap["inter_ssm"][lines[1], T - 1]) < 1e-5
 
 
-def tuned(prefetch=None, **fields):
-    """A KdaTuning with `fields` replaced in both recurrence kernels' parts (prefetch: the
-    fused kernel's only)."""
+def tuned(**fields):
+    """A KdaTuning with `fields` replaced in both recurrence kernels' parts."""
     return kt.KdaTuning(
-        verify=replace(kt.DEFAULT.verify, prefetch=prefetch, **fields),
+        verify=replace(kt.DEFAULT.verify, **fields),
         recurrent=replace(kt.DEFAULT.recurrent, **fields),
     )
 
 
-def tile(bv, sub, nw, st, prefetch=None, **fields):
+def tile(bv, sub, nw, st, **fields):
     """A KdaTuning forcing one tile (BLOCK_V, SUB_V, warps, stages; None = the table's)."""
-    return tuned(prefetch, block_v=bv, sub_v=sub, num_warps=nw, stages=st, **fields)
+    return tuned(block_v=bv, sub_v=sub, num_warps=nw, stages=st, **fields)
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_block_v_choices_agree(mode, device):
-    """Every tile (BLOCK_V, SUB_V, warps, stages; for the fused kernel the sub-tile loop
-    plain and double-buffered) of the mode's recurrence kernel gives the same results: the
-    ring and windows bitwise, o and snapshots to fp32 rounding. Two value heads share one
-    q/k head, so the ownership of the shared ring entries is exercised with several V tiles
-    and several sub-tiles per tile."""
+    """Every tile (BLOCK_V, SUB_V, warps, stages) of the mode's recurrence kernel gives the
+    same results: the ring and windows bitwise, o and snapshots to fp32 rounding. Two value
+    heads share one q/k head, so the ownership of the shared ring entries is exercised with
+    several V tiles and several sub-tiles per tile."""
     B, T, H, HV, K, V = 1, 2, 1, 2, 16, 16
     results = []
     tiles = (
-        (None, None, None, None, None),
-        (2, None, 1, None, None),
-        (4, None, 2, None, None),
-        (8, None, None, None, None),
-        (16, None, 4, None, None),
-        (32, None, None, None, None),
-        (8, 2, 1, 2, None),
-        (16, 4, None, 3, None),
-        (16, 8, 2, 1, None),
-        (8, 2, 1, None, True),  # four sub-tiles, each loaded during the one before
-        (16, 8, 2, None, True),
-        (16, None, None, None, True),  # one piece: the loop has no second sub-tile
+        (None, None, None, None),
+        (2, None, 1, None),
+        (4, None, 2, None),
+        (8, None, None, None),
+        (16, None, 4, None),
+        (32, None, None, None),
+        (8, 2, 1, 2),
+        (16, 4, None, 3),
+        (16, 8, 2, 1),
+        (8, 2, 1, None),  # four sub-tiles
     )
-    for bv, sub, nw, st, prefetch in tiles:
-        tn = tile(bv, sub, nw, st, prefetch)
+    for bv, sub, nw, st in tiles:
+        tn = tile(bv, sub, nw, st)
         inp, o = run_and_check(mode, B, T, H, HV, K, V, torch.float32, device, seed=5, tuning=tn)
         results.append((o, inp))
     o0, inp0 = results[0]
@@ -333,8 +339,8 @@ def test_tile_table_and_knobs():
 
 @pytest.mark.parametrize(
     "field,value",
-    [("prefetch", 1), ("block_v", 3), ("maxnreg", 16), ("maxnreg", 168.0)],
-    ids=["prefetch-not-bool", "block-v-not-pow2", "maxnreg-too-small", "maxnreg-not-int"],
+    [("norm_row", 1), ("block_v", 3), ("maxnreg", 16), ("maxnreg", 168.0)],
+    ids=["norm-row-not-bool", "block-v-not-pow2", "maxnreg-too-small", "maxnreg-not-int"],
 )
 def test_fused_knob_rejects_bad_value(field, value, device):
     """A bad fused-kernel tuning value is refused, naming it, before anything is written."""
@@ -566,7 +572,7 @@ def _assert_gpu_ring_bytes_equal(B, T, H, HV, K, V, lower_bound, tuning=None):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("B", [1, 4, 64])
+@pytest.mark.parametrize("B", [1, 3, 4, 5, 33, 48, 64])
 @pytest.mark.parametrize("HV", [8, 16])
 @pytest.mark.parametrize("lower_bound", [None, -5.0])
 def test_gpu_bf16_seed_shape(B, HV, lower_bound):

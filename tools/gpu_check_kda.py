@@ -91,7 +91,8 @@ def block_v_tuning(bv):
 
 def with_table_heads(heads):
     """The default tuning with both recurrence kernels' tables read at HV / heads times the
-    batch (`kernels.kda.tuning.table_batch`); None: the default itself."""
+    batch (`kernels.kda.tuning.table_batch`); None: the default itself (the fused kernel's
+    tables at HV / 8 times the batch, the recurrent kernel's at the batch)."""
     if heads is None:
         return kt.DEFAULT
     return kt.KdaTuning(
@@ -206,7 +207,12 @@ def main():
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--budget-s", type=float, default=200, help="skip the rest of the sweep after")
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny fp32 correctness run on the CPU")
-    ap.add_argument("--table-heads", type=int, default=None, help="tables read at batch B * HV / N")
+    ap.add_argument(
+        "--table-heads",
+        type=int,
+        default=None,
+        help="both kernels' tables read at batch B * HV / N (default: each kernel's own)",
+    )
     args = ap.parse_args()
     global BASE
     BASE = with_table_heads(args.table_heads)

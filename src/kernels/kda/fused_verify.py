@@ -162,7 +162,6 @@ def _fused_verify_kernel(
     BLOCK_V: tl.constexpr,
     SUB_V: tl.constexpr,
     STAGES: tl.constexpr,
-    PREFETCH: tl.constexpr,
     KC: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     SAFE_GATE: tl.constexpr,
@@ -252,40 +251,12 @@ def _fused_verify_kernel(
             p_rawk, s_rawk_r, p_g, s_g_r, p_beta, s_beta_r, b_k, b_g, b_beta, o_k,
             m_k & own_k, own_v & valid, T,
         )  # fmt: skip
-    if PREFETCH:
-        # Double buffer: sub-tile i + 1's loads are issued before sub-tile i's steps, so
-        # a program always has state rows in flight while it computes (the loop is
-        # unrolled: NSUB is at most V / SUB_V).
-        NSUB: tl.constexpr = BLOCK_V // SUB_V
-        b_cur = (b_xv0, b_wv0, b_bv0, b_S0)
-        o_cur = o_sv0
-        for i_s in tl.static_range(NSUB):
-            if i_s + 1 < NSUB:
-                o_nxt = i_v * BLOCK_V + (i_s + 1) * SUB_V + tl.arange(0, SUB_V)
-                b_nxt = _load_v_rows(
-                    p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0,
-                    s_h0_v, c_v0 + o_nxt, o_nxt, valid, T, W, K, KC, HAS_BIAS,
-                )  # fmt: skip
-            _value_steps(
-                b_cur[0], b_cur[1], b_cur[2], b_cur[3], b_qs, b_ks, b_g, b_beta, b_pj, valid,
-                p_win, s_win_c, s_win_t, s_win_w, c_v0 + o_cur, p_o, s_o_n, p_snap,
-                s_snap_t, s_snap_v, p_rawv, s_rawv_r, o_cur, T, W, K, KC, SNAPSHOT, SNAP_CM,
-                RING, PROJECT,
-            )  # fmt: skip
-            if i_s + 1 < NSUB:
-                b_cur = b_nxt
-                o_cur = o_nxt
-    else:
-        _value_steps(
-            b_xv0, b_wv0, b_bv0, b_S0, b_qs, b_ks, b_g, b_beta, b_pj, valid, p_win, s_win_c,
-            s_win_t, s_win_w, c_v0 + o_sv0, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv,
-            s_rawv_r, o_sv0, T, W, K, KC, SNAPSHOT, SNAP_CM, RING, PROJECT,
-        )  # fmt: skip
-    for i_s in tl.range(
-        BLOCK_V // SUB_V if PREFETCH else 1,
-        BLOCK_V // SUB_V,
-        num_stages=STAGES,
-    ):
+    _value_steps(
+        b_xv0, b_wv0, b_bv0, b_S0, b_qs, b_ks, b_g, b_beta, b_pj, valid, p_win, s_win_c,
+        s_win_t, s_win_w, c_v0 + o_sv0, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv,
+        s_rawv_r, o_sv0, T, W, K, KC, SNAPSHOT, SNAP_CM, RING, PROJECT,
+    )  # fmt: skip
+    for i_s in tl.range(1, BLOCK_V // SUB_V, num_stages=STAGES):
         o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
         b_xv, b_wv, b_bv, b_S = _load_v_rows(
             p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_w, p_h0, s_h0_v,
@@ -437,7 +408,6 @@ def fused_kda_conv_gating_verify(
         tn, ring_mode, Bt, V, K, KDA_VERIFY_BLOCK_V, "KDA_VERIFY_BLOCK_V"
     )
     kc = _tuning.key_chunk(tn, ring_mode, Bt, K)
-    prefetch = _tuning.prefetch_flag(tn, ring_mode, Bt)
     project = _tuning.project_flag(tn, ring_mode, False, Bt)
     norm_row = _tuning.norm_row_flag(tn, ring_mode, Bt)
     snap_cm = _tuning.snapshot_cache_modifier(tn)
@@ -457,7 +427,6 @@ def fused_kda_conv_gating_verify(
         scale,
         0.0 if lower_bound is None else float(lower_bound),
         T=T, W=W, H=H, HV=HV, K=K, V=V, BLOCK_V=BV, SUB_V=SUB, STAGES=stages,
-        PREFETCH=prefetch,
         KC=kc,
         HAS_BIAS=conv_bias is not None,
         SAFE_GATE=lower_bound is not None,
@@ -480,7 +449,7 @@ _tuning.refuse_removed_knobs(
         "KDA_VERIFY_NUM_WARPS": "replace(DEFAULT.verify, num_warps=...)",
         "KDA_VERIFY_STAGES": "replace(DEFAULT.verify, stages=...)",
         "KDA_VERIFY_MAXNREG": "replace(DEFAULT.verify, maxnreg=...)",
-        "KDA_VERIFY_PREFETCH": "replace(DEFAULT.verify, prefetch=...)",
+        "KDA_VERIFY_PREFETCH": "(none: the double-buffered sub-tile loop was removed)",
         "KDA_VERIFY_PROJECT": "replace(DEFAULT.verify, project=...)",
         "KDA_VERIFY_STATE_FIRST": "(none: the state-first order was removed)",
         "KDA_VERIFY_FIRST_AHEAD": "(none: the first step always loads ahead)",

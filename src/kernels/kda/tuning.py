@@ -72,10 +72,9 @@ class RecurrenceTuning:
     # written once per call and read only after a rejection.
     snapshot_cache_modifier: str = ".cs"
     # The value heads the tables were tuned at, or None. With a number, a call with HV value
-    # heads reads the tables (and prefetch_after_b) at batch B * HV / table_heads
-    # (`table_batch`): a program's work and the program count then match the tuned shape's
-    # (twice the heads: twice the programs at a batch, as at twice the batch). None: the
-    # tables' B is the batch.
+    # heads reads the tables at batch B * HV / table_heads (`table_batch`): a program's work
+    # and the program count then match the tuned shape's (twice the heads: twice the
+    # programs at a batch, as at twice the batch). None: the tables' B is the batch.
     table_heads: int | None = None
 
     def tables(self, ring):
@@ -91,10 +90,9 @@ class VerifyTuning(RecurrenceTuning):
         tiles=(
             (2, 4, 4, 2, 1),
             (4, 16, 16, 4, 1),
-            (32, 32, 32, 4, 1),
-            (None, 64, 32, 4, 1),
+            (None, 32, 32, 4, 1),
         ),
-        key_chunks=((32, None), (None, 64)),
+        key_chunks=((None, None),),
         project=((None, False),),
         norm_row=((2, True), (None, False)),
     )  # fmt: skip
@@ -111,11 +109,11 @@ class VerifyTuning(RecurrenceTuning):
         project=((2, False), (4, True), (16, False), (None, True)),
         norm_row=((2, True), (4, False), (8, True), (None, False)),
     )  # fmt: skip
-    # Snapshot mode at B > this: the next sub-tile's loads go out before this one's steps
-    # (two live at once); the ring modes' wider sub-tiles would spill with two live.
-    prefetch_after_b: int = 32
-    # Forced double-buffered sub-tile loop (a bool), any mode.
-    prefetch: bool | None = None
+    # The fused kernel's tables are read at the tuned shape's program count (HV = 8): at
+    # twice the heads a batch launches what twice the batch does at the tuned shape, and
+    # its tile follows. (The recurrent kernel keeps reading its tables at the batch: its
+    # snapshot rows are narrow enough to fill the GPU at either head count.)
+    table_heads: int | None = 8
 
 
 @dataclass(frozen=True)
@@ -269,16 +267,6 @@ def norm_row_flag(tuning, ring, B):
     _check_flag("norm_row", flag)
     if flag is None:
         flag = table_row(tuning.tables(ring).norm_row, B)[1]
-    return flag
-
-
-def prefetch_flag(tuning, ring, B):
-    """PREFETCH argument of the fused kernel: tuning.prefetch, else on for the snapshot
-    mode above tuning.prefetch_after_b."""
-    flag = tuning.prefetch
-    _check_flag("prefetch", flag)
-    if flag is None:
-        flag = not ring and B > tuning.prefetch_after_b
     return flag
 
 
