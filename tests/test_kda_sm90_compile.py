@@ -135,9 +135,9 @@ def test_norm_rows_take_barriers_out_of_two_warp_tiles():
 
 def test_floor_tool_kernels_compile_for_sm90():
     """tools/dev/gpu_kda_floor.py's kernels (the grid and persistent floors: ring, snapshots,
-    snapshots with the whole step; the launch probe's empty kernel with and without
-    programmatic dependent launch) compile for sm_90: a GPU session's probe must not be
-    the first to find them broken."""
+    snapshots with the whole step; the ring modes' whole-traffic floor; the launch probe's
+    empty kernel with and without programmatic dependent launch) compile for sm_90: a GPU
+    session's probe must not be the first to find them broken."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.path.join(ROOT, "src")
     r = subprocess.run(
@@ -147,5 +147,21 @@ def test_floor_tool_kernels_compile_for_sm90():
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     regs = json.loads(r.stdout.strip().splitlines()[-1])
     want = {f"{k} {t}" for k in ("floor", "persist") for t in ("ring", "snap", "full")}
-    assert want | {"empty pdl=False", "empty pdl=True"} == set(regs)
+    assert want | {"ringio", "empty pdl=False", "empty pdl=True"} == set(regs)
     assert all(0 < n <= 255 for n in regs.values())
+
+
+def test_ring_traffic_floor_writes_what_the_ring_modes_write():
+    """The `ringio` floor (tools/dev/gpu_kda_floor.py) under Triton's interpreter: its o
+    matches PyTorch, and its windows, raw k, raw v, g and beta are exactly the inputs they
+    copy, at the sequences' shuffled lines and slots, with every other row and ring position
+    left poisoned, for three tiles (one piece, sub-tiles, key chunks). A floor that moved
+    fewer bytes than the ring modes would be no floor."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.path.join(ROOT, "src")
+    r = subprocess.run(
+        [sys.executable, "-m", "tools.dev.gpu_kda_floor", "--part", "ringio", "--cpu-smoke"],
+        cwd=ROOT, capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "ringio smoke: 3 of 3 tiles ok" in r.stdout

@@ -3,7 +3,9 @@ state (with the least arithmetic the math allows) runs in the verify's grid.
 
     PYTHONPATH=src python3 -m tools.dev.gpu_kda_floor --part ring|snap|small|persist|full|launch
         [--batch B ...] [--out DIR]
+    PYTHONPATH=src python3 -m tools.dev.gpu_kda_floor --part ringio [--hv 8 16] [--batch 64]
     PYTHONPATH=src python3 -m tools.dev.gpu_kda_floor --part compile   (CPU: compile for sm_90)
+    PYTHONPATH=src python3 -m tools.dev.gpu_kda_floor --part ringio --cpu-smoke   (CPU check)
 
 Each floor kernel has the verify's grid (sequence, value head, tile of BLOCK_V value rows,
 walked in sub-tiles of SUB_V), reads the sequence's slot index first, then its fp32 state
@@ -19,7 +21,13 @@ rows [slots, HV, V, K]:
   * full: the snapshot floors (grid and persistent, short tile lists) beside the same with
     the delta rule's whole step (a second row sum and the rank-1 update before the store);
   * launch: the per-call time of an empty kernel (one program) in a graph, with and without
-    programmatic dependent launch (PDL), the fixed cost every call of a stream carries.
+    programmatic dependent launch (PDL), the fixed cost every call of a stream carries;
+  * ringio: the ring modes' whole traffic, nothing else: the ring floor's state rows, row
+    sums and o (in the input dtype), plus every other byte a ring-mode call reads or writes
+    (the T new input rows and the conv state line of its channels, a and b, the T conv
+    windows of its line, raw v, raw k, g and beta into its ring slot), at HV = 8 and 16
+    (--hv), beside the shipped fused+ring and unfused+ring in the same sets. `--cpu-smoke`
+    checks it under Triton's interpreter at a tiny shape.
 Sweeps tiles (BLOCK_V, SUB_V, warps, stages of the sub-tile loop, key chunk) at B = 16 and
 64 (`ring`, `snap`) or B = 1 and 16 (`small`), timed like `gpu_check_kda` (cold: a CUDA
 graph over input sets that do not fit in L2; median of 5), beside the shipped kernels
@@ -34,12 +42,15 @@ import os
 import statistics
 
 import torch
+
+# First: puts src/ on the path, and with --cpu-smoke switches Triton's interpreter on, which
+# must happen before triton.language is imported (its own jit functions read the switch).
+from tools import gpu_check_kda as chk
+
+# isort: split
 import triton
 import triton.language as tl
 
-from tools import gpu_check_kda as chk  # first: puts src/ on the path
-
-# isort: split
 from kernels.kda import causal_conv1d_update, fused_sigmoid_gating_delta_rule_update
 from kernels.kda.step import _key_sum, _key_vec, _tile_ptrs
 
@@ -121,6 +132,74 @@ def _persist_kernel(ssm, idx, lines, a, o, snap, s_ssm_s, s_ssm_h, s_a_n, s_o_n,
             b_x = tl.load(a + (i_n * T + t) * s_a_n + i_hv * K + o_k).to(tl.float32)
             p_o_t = o + (i_n * T + t) * s_o_n + i_hv * s_o_h
             b_S = _floor_step(b_S, b_x, p_snap + t * s_snap_t, p_o_t, o_sv, K, KC, SNAP, FULL)
+
+
+@triton.jit
+def _store_window_rows(p_win, s_win_t, s_win_j, p_cs, s_cs_j, p_x, s_m_n, c, T: tl.constexpr,
+                       W: tl.constexpr):  # fmt: skip
+    """The T conv windows of channels c: window t holds inputs t + 1 .. t + W - 1 of the
+    sequence [conv state (W - 1 rows), the T new rows]."""
+    b_seq = ()
+    for j in tl.static_range(W - 1):
+        b_seq = b_seq + (tl.load(p_cs + j * s_cs_j + c),)
+    for t in tl.static_range(T):
+        b_seq = b_seq + (tl.load(p_x + t * s_m_n + c),)
+    for t in tl.static_range(T):
+        for j in tl.static_range(W - 1):
+            tl.store(p_win + t * s_win_t + j * s_win_j + c, b_seq[t + 1 + j])
+
+
+@triton.jit
+def _ring_bytes_kernel(ssm, idx, lines, mixed, conv_pool, a, b, o, win, rawk, rawv, g, beta,
+                       s_ssm_s, s_ssm_h, s_m_n, s_cs_l, s_cs_j, s_a_n, s_b_n, s_o_n, s_o_h,
+                       s_win_l, s_win_t, s_win_j, s_rk_s, s_rk_h, s_rk_r, s_rv_s, s_rv_h,
+                       s_rv_r, s_g_s, s_g_h, s_g_r, s_beta_s, s_beta_h, T: tl.constexpr,
+                       W: tl.constexpr, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
+                       V: tl.constexpr, BLOCK_V: tl.constexpr, SUB_V: tl.constexpr,
+                       KC: tl.constexpr, STAGES: tl.constexpr):  # fmt: skip
+    # The ring floor (`_floor_kernel`, not SNAP) plus the rest of a ring-mode call's
+    # traffic, each byte owned by one program as in the verify kernels: the value rows'
+    # raw v and windows by their tile's program; g and beta by the head's first tile; raw k
+    # and the q/k windows by the first value head of each q/k head.
+    i_n = tl.program_id(0)
+    i_hv = tl.program_id(1)
+    i_v = tl.program_id(2)
+    i_h = i_hv // (HV // H)
+    o_k = tl.arange(0, K)
+    i_slot = tl.load(idx + i_n).to(tl.int64)
+    i_line = tl.load(lines + i_n).to(tl.int64)
+    p_h0 = ssm + i_slot * s_ssm_s + i_hv * s_ssm_h
+    p_x = mixed + i_n * T * s_m_n
+    p_cs = conv_pool + i_slot * s_cs_l
+    p_win = win + i_line * s_win_l
+    b_x = ()
+    for t in tl.static_range(T):
+        b_x = b_x + (tl.load(a + (i_n * T + t) * s_a_n + i_hv * K + o_k).to(tl.float32),)
+    if i_v == 0:
+        for t in tl.static_range(T):
+            p_g = g + i_slot * s_g_s + i_hv * s_g_h + t * s_g_r
+            tl.store(p_g + o_k, b_x[t])
+            b_beta = tl.load(b + (i_n * T + t) * s_b_n + i_hv).to(tl.float32)
+            tl.store(beta + i_slot * s_beta_s + i_hv * s_beta_h + t, b_beta)
+        if i_hv % (HV // H) == 0:
+            c_q = i_h * K + o_k
+            c_k = H * K + i_h * K + o_k
+            for t in tl.static_range(T):
+                p_rk = rawk + i_slot * s_rk_s + i_h * s_rk_h + t * s_rk_r
+                tl.store(p_rk + o_k, tl.load(p_x + t * s_m_n + c_k))
+            _store_window_rows(p_win, s_win_t, s_win_j, p_cs, s_cs_j, p_x, s_m_n, c_q, T, W)
+            _store_window_rows(p_win, s_win_t, s_win_j, p_cs, s_cs_j, p_x, s_m_n, c_k, T, W)
+    for i_s in tl.range(0, BLOCK_V // SUB_V, num_stages=STAGES):
+        o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
+        c_v = 2 * H * K + i_hv * V + o_sv
+        b_S = tl.load(_tile_ptrs(p_h0, o_sv, K, K, KC))
+        for t in tl.static_range(T):
+            p_rv = rawv + i_slot * s_rv_s + i_hv * s_rv_h + t * s_rv_r
+            tl.store(p_rv + o_sv, tl.load(p_x + t * s_m_n + c_v))
+        _store_window_rows(p_win, s_win_t, s_win_j, p_cs, s_cs_j, p_x, s_m_n, c_v, T, W)
+        for t in tl.static_range(T):
+            p_o_t = o + (i_n * T + t) * s_o_n + i_hv * s_o_h
+            b_S = _floor_step(b_S, b_x[t], p_o_t, p_o_t, o_sv, K, KC, False, False)
 
 
 @triton.jit
@@ -252,6 +331,138 @@ FULL_PERSIST_TILES = (
 )  # fmt: skip
 
 
+# Tiles of the `ringio` floor: the fused+ring kernel's B > 32 tile (128 rows in 32-row
+# sub-tiles, 2 warps, 2 stages, key chunks of 32) and the best ring-floor tiles of the
+# earlier sweeps, plain and chunked.
+RING_BYTES_TILES = (
+    (128, 32, 2, 2, 32), (64, 32, 2, 2, 32), (64, 64, 4, 1, 32), (128, 64, 4, 1, K),
+    (128, 32, 2, 1, K), (32, 32, 2, 1, K), (32, 32, 4, 1, K), (64, 32, 4, 2, K),
+)  # fmt: skip
+
+
+def ring_bytes_launch(s, B, hv, bv, sub, warps, stages, kc):
+    """(grid, args, keywords) of one `ringio` floor launch on input set s (B sequences, hv
+    value heads; the other dimensions from the buffers); o goes to s["o_ringio"] in the
+    input dtype."""
+    _, h, _, k = s["rawk"].shape
+    t, w1 = s["win_pool"].shape[1:3]
+    v = s["rawv"].shape[-1]
+    o = s.setdefault("o_ringio", torch.empty(B * t, hv, v, device=s["ssm"].device,
+                                             dtype=s["mixed"].dtype))  # fmt: skip
+    x, cs, win = s["mixed"], s["conv_pool"], s["win_pool"]
+    rk, rv, g, beta = s["rawk"], s["rawv"], s["g"], s["beta"]
+    args = (
+        s["ssm"], s["cache_indices"], s["inter_indices"], x, cs, s["a"], s["b"], o, win,
+        rk, rv, g, beta, s["ssm"].stride(0), s["ssm"].stride(1), x.stride(0), cs.stride(0),
+        cs.stride(1), s["a"].stride(0), s["b"].stride(0), o.stride(0), o.stride(1),
+        win.stride(0), win.stride(1), win.stride(2), *rk.stride()[:3], *rv.stride()[:3],
+        *g.stride()[:3], *beta.stride()[:2],
+    )  # fmt: skip
+    kwargs = dict(T=t, W=w1 + 1, H=h, HV=hv, K=k, V=v, BLOCK_V=bv, SUB_V=sub, KC=kc,
+                  STAGES=stages, num_warps=warps)  # fmt: skip
+    return (B, hv, v // bv), args, kwargs
+
+
+def ring_bytes_fn(s, B, hv, *tile):
+    """A zero-argument callable launching the `ringio` floor (ring_bytes_launch)."""
+    grid, args, kwargs = ring_bytes_launch(s, B, hv, *tile)
+    return lambda: _ring_bytes_kernel[grid](*args, **kwargs)
+
+
+def check_ring_bytes(s, B, hv):
+    """The `ringio` floor's outputs against PyTorch: (relative error of o, whether every
+    window and ring entry is bit-exact and nothing else in their pools was written)."""
+    slots, lines = s["cache_indices"].long(), s["inter_indices"].long()
+    _, h, _, k = s["rawk"].shape
+    t, w1, dim = s["win_pool"].shape[1:]
+    v = s["rawv"].shape[-1]
+    x = s["a"].float().view(B, t, hv, k)
+    S = s["ssm"][slots]
+    o = s["o_ringio"].float().view(B, t, hv, v)
+    err = max(
+        chk.rel(o[:, i], torch.einsum("bhvk,bhk->bhv", S, x[:, i] + x[:, i] ** 2)) for i in range(t)
+    )
+    mixed = s["mixed"].view(B, t, dim)
+    seq = torch.cat([s["conv_pool"][slots], mixed], dim=1)
+    want = {
+        "win_pool": (lines, torch.stack([seq[:, i + 1 : i + w1 + 1] for i in range(t)], 1)),
+        "rawv": (slots, mixed[..., 2 * h * k :].reshape(B, t, hv, v).transpose(1, 2)),
+        "rawk": (slots, mixed[..., h * k : 2 * h * k].reshape(B, t, h, k).transpose(1, 2)),
+        "g": (slots, x.transpose(1, 2)),
+        "beta": (slots, s["b"].float().view(B, t, hv).transpose(1, 2)),
+    }
+    exact = True
+    for name, (rows, ref) in want.items():
+        buf = s[name]
+        got = buf[rows] if name == "win_pool" else buf[rows][:, :, :t]
+        exact &= torch.equal(got, ref.to(buf.dtype))
+        rest = torch.ones(buf.shape[0], dtype=torch.bool, device=buf.device)
+        rest[rows] = False
+        exact &= bool(buf[rest].isnan().all())
+        if name != "win_pool":
+            exact &= bool(buf[rows][:, :, t:].isnan().all())
+    return err, exact
+
+
+def ring_bytes_smoke():
+    """The `ringio` floor under Triton's interpreter at a tiny shape (2 value heads on one
+    q/k head, poisoned pools, shuffled slots and lines), several tiles; exits 1 on a
+    mismatch."""
+    B, t, h, hv, k, v = 3, 2, 1, 2, 16, 16
+    bad = 0
+    for bv, sub, warps, stages, kc in ((16, 8, 1, 2, 8), (8, 8, 1, 1, 16), (16, 16, 1, 1, 16)):
+        s = chk.cases.make_inputs(
+            B, t, h, hv, k, v, dtype=torch.float32, device="cpu", seed=5, lines=B + 2,
+            poison=True, shuffle=True,
+        )  # fmt: skip
+        ring_bytes_fn(s, B, hv, bv, sub, warps, stages, kc)()
+        err, exact = check_ring_bytes(s, B, hv)
+        ok = err < 1e-5 and exact
+        bad += not ok
+        print(json.dumps({"tile": [bv, sub, warps, stages, kc], "err": err, "exact": exact}))
+    print(f"ringio smoke: {3 - bad} of 3 tiles ok")
+    return bad == 0
+
+
+def ring_bytes_part(batches, heads):
+    """Check and time every RING_BYTES_TILES tile at each (B, HV), beside the shipped
+    ring modes on the same input sets; returns the rows."""
+    rows = []
+    for hv in heads:
+        for B in batches:
+            sets = chk.cold_sets(B, hv, 300)
+            shipped = {
+                m: time_fns([chk.runner(m, s, B, hv, -5.0) for s in sets])
+                for m in (chk.cases.FUSED_RING, chk.cases.UNFUSED_RING)
+            }
+            print(json.dumps({"HV": hv, "B": B, "shipped_cold_us": shipped}), flush=True)
+            rows.append({"HV": hv, "B": B, "shipped": shipped})
+            best = None
+            for tile in RING_BYTES_TILES:
+                try:
+                    probe = chk.make_set(B, hv, 3)
+                    ring_bytes_fn(probe, B, hv, *tile)()
+                    chk.sync()
+                    err, exact = check_ring_bytes(probe, B, hv)
+                    us = time_fns([ring_bytes_fn(s, B, hv, *tile) for s in sets])
+                except Exception as e:  # a tile that does not compile or fit
+                    print(f"HV={hv} B={B} tile={tile} failed: {type(e).__name__}", flush=True)
+                    continue
+                row = {"HV": hv, "B": B, "tile": tile, "us": round(us, 3), "err": err,
+                       "exact": exact}  # fmt: skip
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                if err < 1e-2 and exact and (best is None or us < best["us"]):
+                    best = row
+            print(json.dumps({"best": best}), flush=True)
+            if best:
+                for m, us in shipped.items():
+                    print(f"HV={hv} B={B} {m}: {us:.2f} us cold = {us / best['us']:.3f} x the "
+                          f"ringio floor ({best['us']:.2f} us, tile {best['tile']})")  # fmt: skip
+            del sets
+    return rows
+
+
 def unfused_parts(s, B):
     """The unfused pair's two kernels, each alone (conv; recurrent on the raw inputs)."""
     dim = 2 * H * K + HV * V
@@ -325,6 +536,9 @@ def compile_sm90():
             SNAP=sn > 0, FULL=sn == 2, num_warps=2, grid=(4,),
         )  # fmt: skip
         out[f"persist {tag}"] = resources(c)["REG"]
+    s = chk.cases.make_inputs(2, T, H, HV, K, V, dtype=torch.bfloat16, device="cpu", seed=0)
+    grid, args, kwargs = ring_bytes_launch(s, 2, HV, 128, 32, 2, 2, 32)
+    out["ringio"] = resources(_ring_bytes_kernel.warmup(*args, **kwargs, grid=grid))["REG"]
     for pdl in (False, True):
         c = _empty_kernel.warmup(o, PDL=pdl, launch_pdl=pdl, grid=(1,))
         out[f"empty pdl={pdl}"] = resources(c)["REG"]
@@ -335,14 +549,24 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument(
         "--part",
-        choices=("ring", "snap", "small", "persist", "full", "launch", "compile"),
+        choices=("ring", "snap", "small", "persist", "full", "launch", "ringio", "compile"),
         required=True,
     )
     ap.add_argument("--batch", type=int, nargs="+", default=None)
+    ap.add_argument("--hv", type=int, nargs="+", default=[8, 16], help="ringio: value heads")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--cpu-smoke", action="store_true", help="ringio: interpreter check")
     args = ap.parse_args()
     if args.part == "compile":
         print(json.dumps(compile_sm90()))
+        return
+    if args.part == "ringio":
+        if args.cpu_smoke:
+            raise SystemExit(0 if ring_bytes_smoke() else 1)
+        rows = ring_bytes_part(args.batch or (64,), args.hv)
+        if args.out:
+            with open(os.path.join(args.out, "kda_floor_ringio.json"), "w") as f:
+                json.dump(rows, f, indent=1)
         return
     batches = args.batch or ((1, 16) if args.part == "small" else (16, 64))
     snaps = (False, True) if args.part == "small" else (args.part == "snap",)
