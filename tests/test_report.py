@@ -224,6 +224,7 @@ def test_kda_table_in_microseconds(results, tmp_path):
     md = (out / "kda_verify.md").read_text()
     assert "| batch | unfused | fused+ring |" in md
     assert "| 64 | 90.00 / 200.00 | 30.00 / failed |" in md
+    assert "always run the fused kernel" in md  # which form ran: no shape is routed
 
 
 def test_helpers_on_edge_cases():

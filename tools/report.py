@@ -762,7 +762,9 @@ def write_kda(out, res):
             "# KDA chain-verify: us per call (seed-style / cold), CUDA-graph replays",
             "",
             "The last two columns: fused / unfused and fused+ring / unfused+ring per-call "
-            "time (seed-style / cold); below 1 the fused kernel is faster.",
+            "time (seed-style / cold); below 1 the fused kernel is faster. The fused modes "
+            "always run the fused kernel (`fused_kda_conv_gating_verify` does not route any "
+            "shape to the unfused pair), so no ratio is a tie by construction.",
         ]
         extra = [
             ("fused / unfused", lambda m: _ratio_cell(m, "fused", "unfused")),
