@@ -111,8 +111,8 @@ class VerifyTuning(RecurrenceTuning):
     )  # fmt: skip
     # The fused kernel's tables are read at the tuned shape's program count (HV = 8): at
     # twice the heads a batch launches what twice the batch does at the tuned shape, and
-    # its tile follows. (The recurrent kernel keeps reading its tables at the batch: its
-    # snapshot rows are narrow enough to fill the GPU at either head count.)
+    # its tile follows. (The recurrent kernel reads its tables at the batch: read by
+    # program count, its snapshot mode's rows run slower at twice the heads.)
     table_heads: int | None = 8
 
 
