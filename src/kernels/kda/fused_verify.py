@@ -319,7 +319,10 @@ def fused_kda_conv_gating_verify(
             position t of slot cache_indices[n].
         scale: defaults to K**-0.5. lower_bound: None (standard gate) or < 0 (safe gate).
         tuning: a `tuning.VerifyTuning` (or a `tuning.KdaTuning`); None = tuning.DEFAULT.
-            The module's KDA_VERIFY_BLOCK_V, when set, forces BLOCK_V over it.
+            The module's KDA_VERIFY_BLOCK_V, when set, forces BLOCK_V over it. The tile
+            comes from the tuning's tables, read at batch B * HV / 8 by default (the
+            shape they were tuned at); every shape runs this one kernel (none is routed to
+            the unfused pair).
 
     Padding: a sequence whose index is outside its pool (negative, or cache_indices >=
     ssm_states.shape[0], conv_state_indices >= conv_state.shape[0],
