@@ -406,8 +406,8 @@ def check_ring_bytes(s, B, hv):
 
 def ring_bytes_smoke():
     """The `ringio` floor under Triton's interpreter at a tiny shape (2 value heads on one
-    q/k head, poisoned pools, shuffled slots and lines), several tiles; exits 1 on a
-    mismatch."""
+    q/k head, poisoned pools, shuffled slots and lines), three tiles; returns whether all
+    matched (main exits 1 when not)."""
     B, t, h, hv, k, v = 3, 2, 1, 2, 16, 16
     bad = 0
     for bv, sub, warps, stages, kc in ((16, 8, 1, 2, 8), (8, 8, 1, 1, 16), (16, 16, 1, 1, 16)):
