@@ -41,7 +41,9 @@
 # gets CONFIRM_ROUNDS more processes per side and is judged at CONFIRM_FACTOR (1.006), a
 # host-paced figure at CONFIRM_HOST_FACTOR (default the gate's GATE_HOST_FACTOR, 1.05, or
 # CONFIRM_FACTOR when that is higher: ci.confirm takes no host factor below it); a
-# suspect's stage-1 ratio is beyond CONFIRM_SUSPECT (1.005). The records then hold the
+# suspect's stage-1 ratio is beyond CONFIRM_SUSPECT (1.005); a stage-1 flag at CONFIRM_SURE
+# (default the gate's 1.03, ci.confirm's --sure) or more with non-overlapping intervals stays
+# flagged without a re-run. The records then hold the
 # two-stage verdict, stage 1's beside it. An A/A try takes 6.5-9 min with it, 6 without.
 # CALIBRATION_FROM (a directory holding an earlier call's calibration-<kernel>.json, used
 # instead of calibrating again: a fresh machine saves the 2 to 4 min; DETECT_EXTRAS_<KERNEL>
@@ -78,6 +80,7 @@ CONT_ARGS=${CONT_ARGS--a rounds=2 --interleave-rounds}  # the gate's; CONT_ARGS=
 CONFIRM_ROUNDS=${CONFIRM_ROUNDS:-6}  # the gate's second stage after each try (ci.confirm); 0: off
 CONFIRM_SUSPECT=${CONFIRM_SUSPECT:-1.005}
 CONFIRM_FACTOR=${CONFIRM_FACTOR:-1.006}
+CONFIRM_SURE=${CONFIRM_SURE:-1.03}
 CONFIRM_MAX=${CONFIRM_MAX:-8}  # the stage-2 batch size (ci.confirm --batch)
 CONFIRM_HOST_FACTOR=${CONFIRM_HOST_FACTOR:-$(awk -v h=1.05 -v f="$CONFIRM_FACTOR" \
     'BEGIN { print (h + 0 >= f + 0) ? h : f }')}
@@ -113,7 +116,7 @@ cont() {
         PYTHONPATH=$ROOT:${PYTHONPATH:-} "$HOST_PY" -m ci.confirm --machine "$MACHINE" \
             --base "$BASE" --head "$head" --continuous-log "$log" --continuous-code "$rc" \
             --rounds "$CONFIRM_ROUNDS" --suspect "$CONFIRM_SUSPECT" --factor "$CONFIRM_FACTOR" \
-            --host-factor "$CONFIRM_HOST_FACTOR" --batch "$CONFIRM_MAX" \
+            --host-factor "$CONFIRM_HOST_FACTOR" --sure "$CONFIRM_SURE" --batch "$CONFIRM_MAX" \
             --out "${log%.log}-confirm" --asv "${ASV[*]}" \
             --config gate.conf.json --results results-gate --run-args "${LM[*]}" 2>&1 \
             | tee "${log%.log}-confirm.log"
