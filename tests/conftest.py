@@ -15,6 +15,10 @@ HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Every keyed launch (kernels._runtime.launch) also checks that its caller's key stands for
+# one specialization only: a key that leaves something out fails the test that meets it.
+os.environ.setdefault("ATTNBENCH_CHECK_LAUNCH_KEYS", "1")
+
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 
 

@@ -94,7 +94,7 @@ def test_auto_schedule_mixes_paths(case):
 def test_each_path_writes_only_its_tiles(monkeypatch):
     """Without the block-major phase, exactly the rows of block-handled tiles stay NaN: the
     tile kernel skips them and writes every other row."""
-    monkeypatch.setattr(block_major, "block_major_forward", lambda *args: None)
+    monkeypatch.setattr(block_major, "block_major_forward", lambda *args, **kwargs: None)
     B, Hq, Hkv, T, D, bs, S = 1, 4, 1, 45, 32, 16, 4
     q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=39)
     idx = make_idx("odd", B, Hkv, T, bs, S)

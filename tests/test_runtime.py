@@ -145,6 +145,57 @@ def test_launch_same_specialization_shares_a_plan(fake):
                           16, "a")]  # fmt: skip
 
 
+def test_keyed_launch_goes_direct_on_the_callers_key(fake, monkeypatch):
+    """With key=, the second launch finds its plan by (kernel, key): the arguments are not
+    inspected (an int of another specialization class, here, rides along; that is what
+    the check below exists for), and another key compiles its own."""
+    monkeypatch.setattr(_runtime, "CHECK_LAUNCH_KEYS", False)
+    key = _runtime.LaunchKey("call", 1)
+    x = torch.zeros(8)
+    _runtime.launch(fake, (2,), x, 5, 0.5, True, BLOCK=16, key=key)
+    _runtime.launch(fake, (2,), x, 32, 0.5, True, BLOCK=16, key=_runtime.LaunchKey("call", 1))
+    assert len(fake.jit_calls) == 1
+    assert fake.runs == [(2, 1, 1, 7, "handle", "packed", None, None, None, x, 32, 0.5, True,
+                          16, "a")]  # fmt: skip
+    _runtime.launch(fake, (2,), x, 32, 0.5, True, BLOCK=16, key=_runtime.LaunchKey("call", 2))
+    assert len(fake.jit_calls) == 2
+
+
+@pytest.mark.parametrize("change", ["misaligned tensor", "int 16", "constexpr"])
+def test_launch_key_check_refuses_a_key_that_leaves_a_specialization_out(fake, change):
+    """ATTNBENCH_CHECK_LAUNCH_KEYS (on in the tests, tests/conftest.py): one caller key met
+    with two specializations raises, naming the kernel."""
+    assert _runtime.CHECK_LAUNCH_KEYS
+    key = _runtime.LaunchKey("call", change)
+    _runtime.launch(fake, (1,), torch.zeros(8), 5, 0.5, True, BLOCK=16, key=key)
+    _runtime.launch(fake, (1,), torch.zeros(8), 9, 0.5, True, BLOCK=16, key=key)  # same class
+    args = [torch.zeros(8), 5, 0.5, True]
+    kwargs = {"BLOCK": 16}
+    if change == "misaligned tensor":
+        args[0] = torch.zeros(9)[1:]
+    elif change == "int 16":
+        args[1] = 32
+    else:
+        kwargs["BLOCK"] = 32
+    with pytest.raises(RuntimeError, match="_kernel_fn: launch key .* two specializations"):
+        _runtime.launch(fake, (1,), *args, key=key, **kwargs)
+
+
+def test_launch_on_a_given_stream(fake):
+    """stream=: the direct path launches on that stream's handle, not the current one."""
+
+    class Stream:
+        cuda_stream = 99
+
+    x = torch.zeros(8)
+    for key in (None, _runtime.LaunchKey("s")):
+        fake.runs.clear()
+        _runtime.launch(fake, (1,), x, 5, 0.5, True, BLOCK=16, key=key)  # compiled
+        _runtime.launch(fake, (1,), x, 5, 0.5, True, BLOCK=16, key=key, stream=Stream())
+        _runtime.launch(fake, (1,), x, 5, 0.5, True, BLOCK=16, key=key)
+        assert [run[3] for run in fake.runs][-2:] == [99, 7]
+
+
 def test_launch_direct_false_always_takes_the_jit_path(fake):
     for _ in range(3):
         _runtime.launch(fake, (1,), torch.zeros(8), 5, 0.5, True, BLOCK=16, direct=False)

@@ -47,10 +47,23 @@ def next_pow2(n):
 # options by value, the current device and Triton's debug setting. The launcher's calling
 # convention is Triton's own (`CompiledKernel.run`), checked for the versions listed in
 # DIRECT_TRITON; other versions and the interpreter always take the JIT path.
+#
+# Building that key still costs about a microsecond per argument. A wrapper that makes
+# several launches per call may instead pass `key=`: one hashable it builds once per call
+# that, together with the kernel, determines every runtime argument's specialization and
+# every keyword of the launch (the call's shapes, dtypes and tuning, and its input
+# tensors' 16-byte alignment; its own allocations are always aligned). The direct path then
+# looks the compiled kernel up by (kernel, key, device, debug setting) alone. A key that
+# leaves something out would reuse a kernel compiled for other arguments, so with
+# ATTNBENCH_CHECK_LAUNCH_KEYS=1 in the environment (the tests set it) every keyed launch
+# also builds the full key and raises when one caller key has met two of them.
 DIRECT_TRITON = ((3, 6),)
 _I32 = (-(2**31), 2**31)
 _plans = {}  # key -> (compiled kernel, the constexprs' values in signature order)
+_keyed = {}  # (kernel, caller key, device, debug) -> a plan of _plans
+_keyed_full = {}  # the same -> the full key it stands for (ATTNBENCH_CHECK_LAUNCH_KEYS)
 _kernel_info = {}  # JIT function -> its parameters' names, constexpr flags, defaults
+CHECK_LAUNCH_KEYS = os.environ.get("ATTNBENCH_CHECK_LAUNCH_KEYS") == "1"
 
 
 @functools.cache
@@ -136,20 +149,42 @@ def _jit_launch(kernel, grid, args, kwargs):
             kwargs["num_stages"] -= 1
 
 
-def launch(kernel, grid, *args, direct=True, **kwargs):
+def launch(kernel, grid, *args, direct=True, key=None, stream=None, **kwargs):
     """Launch the JIT function `kernel` on `grid` (a tuple of 1-3 ints; any other grid,
     such as a function of the meta-parameters, always takes the JIT path) as
     `kernel[grid](*args, **kwargs)` does: runtime arguments by position, constexprs and
     options (num_warps, num_stages, ...) by keyword. With `direct` (and `direct_supported()`),
     a call site's second and later launches with the same key skip the JIT dispatch (module
-    comment above). A num_stages whose shared memory does not fit is lowered to one that
-    does. Returns what `kernel[grid](...)` returns (the compiled kernel when compiled)."""
+    comment above); `key`, the caller's key for this launch (module comment), skips
+    building that key too. `stream`: a `torch.cuda.Stream` to launch on instead of the
+    current one. A num_stages whose shared memory does not fit is lowered to one that does.
+    Returns what `kernel[grid](...)` returns (the compiled kernel when compiled)."""
+    if stream is not None:
+        if direct and type(grid) is tuple and direct_supported(kernel):
+            handle = stream.cuda_stream
+            # The direct path below launches on `current_stream(device)`: this one instead.
+            return _launch(kernel, grid, args, kwargs, key, lambda device: handle, stream)
+        with torch.cuda.stream(stream):
+            return launch(kernel, grid, *args, direct=direct, key=key, **kwargs)
     if not (direct and type(grid) is tuple and direct_supported(kernel)):
         _check_call(kernel, len(args), kwargs)
         return _jit_launch(kernel, grid, args, kwargs)
+    return _launch(kernel, grid, args, kwargs, key, None, None)
+
+
+def _launch(kernel, grid, args, kwargs, key, on_stream, stream):
+    """`launch`'s direct path; on_stream: None (the current stream) or a function giving
+    the handle of `stream`, the torch stream that a JIT launch (a miss) runs on."""
     device, current_stream = _current()
+    if on_stream is not None:
+        current_stream = on_stream
     runtime = _knobs.runtime
-    key = (
+    if key is not None:
+        keyed = (kernel, key, device, runtime.debug)
+        plan = _keyed.get(keyed)
+        if plan is not None and not CHECK_LAUNCH_KEYS:
+            return _run(plan, grid, current_stream(device), args)
+    full = (
         kernel, device, runtime.debug, _knobs.compilation.instrumentation_mode,
         tuple([
             (a.dtype, a.data_ptr() & 15 == 0) if type(a) is torch.Tensor
@@ -159,18 +194,79 @@ def launch(kernel, grid, *args, direct=True, **kwargs):
         ]),  # _arg_key, with its two commonest cases inline
         tuple(kwargs.items()),
     )  # fmt: skip
-    plan = _plans.get(key)
+    if key is not None and CHECK_LAUNCH_KEYS:
+        seen = _keyed_full.setdefault(keyed, full)
+        if seen != full:
+            raise RuntimeError(
+                f"{_name(kernel)}: launch key {key!r} stands for two specializations "
+                f"({seen[4:]} and {full[4:]}); it must determine every argument's"
+            )
+    plan = _plans.get(full)
     if plan is None:
         _check_call(kernel, len(args), kwargs)
-        compiled = _jit_launch(kernel, grid, args, kwargs)
+        if stream is None:
+            compiled = _jit_launch(kernel, grid, args, kwargs)
+        else:
+            with torch.cuda.stream(stream):
+                compiled = _jit_launch(kernel, grid, args, kwargs)
         if getattr(compiled, "function", None) is not None:
             names, _, defaults = _info(kernel)
             rest = zip(names[len(args) :], defaults[len(args) :], strict=True)
             tail = tuple(kwargs.get(n, d) for n, d in rest)
-            _plans[key] = (compiled, tail)
+            _plans[full] = (compiled, tail)
+            if key is not None:
+                _keyed[keyed] = _plans[full]
         return compiled
+    if key is not None:
+        _keyed[keyed] = plan
+    return _run(plan, grid, current_stream(device), args)
+
+
+_interned = {}  # LaunchKey -> itself: one object per distinct key (`launch_key`)
+
+
+def launch_key(*parts):
+    """The `launch` key of a call, from hashable `parts`: hashed once here, and one shared
+    object per distinct value, so each of the call's launches finds its plan by identity
+    (comparing parts such as tuning dataclasses on every launch would cost microseconds)."""
+    key = LaunchKey(*parts)
+    return _interned.setdefault(key, key)
+
+
+class LaunchKey:
+    """A `launch` key (see `launch_key`): a tuple of parts with its hash kept."""
+
+    __slots__ = ("parts", "_hash")
+
+    def __init__(self, *parts):
+        self.parts = parts
+        self._hash = hash(parts)
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        return type(other) is LaunchKey and self._hash == other._hash and self.parts == other.parts
+
+    def __repr__(self):
+        return f"LaunchKey{self.parts!r}"
+
+
+def aligned(*tensors):
+    """Which of `tensors` start on a 16-byte boundary (what Triton specializes a pointer
+    on), as one int, bit i for tensor i: the part of a `launch` key that the inputs' data
+    pointers decide."""
+    bits = 0
+    for i, x in enumerate(tensors):
+        if x is not None and x.data_ptr() & 15 == 0:
+            bits |= 1 << i
+    return bits
+
+
+def _run(plan, grid, stream, args):
+    """Call a plan's compiled launcher on `grid` and `stream` with the runtime `args`."""
     compiled, tail = plan
-    stream = current_stream(device)
+    runtime = _knobs.runtime
     enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
     # No profiler hooked in (each hook None or an empty HookChain): the launcher calls nothing.
     if not (getattr(enter, "calls", enter) or getattr(leave, "calls", leave)):

@@ -368,7 +368,7 @@ def renormalise(dtype):
     return dtype == torch.float32
 
 
-def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale, tuning):
+def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale, tuning, key):
     """Run the dq kernel; returns (dq, delta, lse_lo), the last two fp32 [B, Hq, T]: delta =
     rowsum(o * do) and the base-2 correction of lse (None unless `renormalise`). Its tile
     lists are freed on return."""
@@ -379,7 +379,7 @@ def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale, tu
     bt = tuning.backward
     rows = tuning.forward.tile_rows if bt.dq_rows is None else bt.dq_rows
     block_g, block_t, prec = tile_config(dims.G, q.dtype, rows)
-    lists, counts = tile_block_lists(block_idx, block_size, block_t, tuning=tuning)
+    lists, counts = tile_block_lists(block_idx, block_size, block_t, tuning=tuning, key=key)
     grid = (_runtime.cdiv(dims.T, block_t), dims.B * dims.Hkv)
     # One int32 per tile, written by the plain launch for every tile, read by the SAFE one.
     redo = torch.empty(grid[0] * grid[1], dtype=torch.int32, device=q.device)
@@ -392,12 +392,13 @@ def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale, tu
             S=dims.S, D=dims.D, BS=block_size, S_PAD=_runtime.next_pow2(dims.S),
             BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(), SAFE=safe,
             RENORM=renorm,
-            direct=tuning.direct_launch, num_warps=bt.dq_warps, num_stages=bt.dq_stages,
+            direct=tuning.direct_launch, key=(key, safe), num_warps=bt.dq_warps,
+            num_stages=bt.dq_stages,
         )  # fmt: skip
     return dq, delta, lse_lo
 
 
-def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scale, tuning):
+def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scale, tuning, key):
     """Run the dk/dv kernels over the inverted index; returns (dk, dv)."""
     dk = _checks.new_empty(k.shape, k.dtype, k.device)
     dv = _checks.new_empty(v.shape, v.dtype, v.device)
@@ -406,7 +407,7 @@ def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scal
     block_q = max(1, bt.dkdv_rows // block_g)
     seg_len = block_q * bt.segment_chunks
     row_ptr, col, segments = inverted_lists(
-        block_idx, block_size, unique=False, seg_len=seg_len, tuning=tuning
+        block_idx, block_size, unique=False, seg_len=seg_len, tuning=tuning, key=key
     )  # fmt: skip
     seg_block, seg_start, part_start, n_part = segments
     BH = dims.B * dims.Hkv
@@ -418,13 +419,13 @@ def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scal
         dims.T, dims.NB, seg_block.shape[1], n_part, seg_len, dims.Hq, dims.G, qk_scale,
         dims.scale, S=dims.S, D=dims.D, BS=block_size, BLOCK_Q=block_q, BLOCK_G=block_g,
         PREC=prec, FOR_LOOP=use_for_loop(), RENORM=lse_lo is not None,
-        direct=tuning.direct_launch, num_warps=bt.dkdv_warps,
+        direct=tuning.direct_launch, key=key, num_warps=bt.dkdv_warps,
         num_stages=bt.dkdv_stages,
     )  # fmt: skip
     _runtime.launch(
         _sel_bwd_reduce_kernel, (dims.NB, BH),
         seg_start, part_start, part, dk, dv, dims.T, dims.NB, n_part, dims.scale,
-        D=dims.D, BS=block_size, direct=tuning.direct_launch, num_warps=4,
+        D=dims.D, BS=block_size, direct=tuning.direct_launch, key=key, num_warps=4,
     )  # fmt: skip
     return dk, dv
 
@@ -454,8 +455,15 @@ def selection_backward_triton(
             q, k, v, block_idx, block_size, scale, return_lse=True, tuning=tuning
         )
     qk_scale = dims.scale * LOG2E
+    # Every launch below is determined by this key (`_runtime.launch`; the forward's).
+    key = _runtime.launch_key(
+        "bwd", dims, q.dtype, block_idx.dtype, tuning,
+        _runtime.aligned(q, k, v, block_idx, do, o, lse),
+    )  # fmt: skip
     dq, delta, lse_lo = _dq_and_delta(
-        q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale, tuning
+        q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale, tuning, key
     )
-    dk, dv = _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scale, tuning)
+    dk, dv = _dk_dv(
+        q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scale, tuning, key
+    )
     return dq, dk, dv

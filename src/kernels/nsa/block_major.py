@@ -464,7 +464,7 @@ def list_scratch(dims, block_t, element_size, device, tuning=None):
 
 def block_lists(
     block_idx, counts, hist, min_blocks, block_size, block_t, chunk, part_l, tuning=None,
-    col=None, code=None,
+    col=None, code=None, key=None,
 ):  # fmt: skip
     """Per (b, kv head, window, key block), the kept slots of the window's block-handled
     tiles that chose the block.
@@ -483,6 +483,7 @@ def block_lists(
         tuning: an `NsaTuning` (None: the default); its block_major settings apply.
         col, code: buffers for the results, filled with -1 (`list_scratch`); None:
             allocated here.
+        key: the calling wrapper's launch key (`_runtime.launch`), or None.
     Returns:
         row_ptr: int32 [B * Hkv, NL + 1] (NL = NW * NB lists, list w * NB + j for block j
             in window w), multiples of chunk; list l's places of row bh are
@@ -510,7 +511,7 @@ def block_lists(
         code = torch.full((BH, _runtime.cdiv(L, chunk)), -1, dtype=torch.int32, device=dev)
     _runtime.launch(
         _prefix_kernel, (BH,), hist, row_ptr, NL, CHUNK=chunk, PB=t.prefix_block,
-        direct=direct, num_warps=4,
+        direct=direct, key=key, num_warps=4,
     )  # fmt: skip
     G = part_l.shape[3]
     _runtime.launch(
@@ -519,14 +520,14 @@ def block_lists(
         window_tiles(counts.shape[1], NW), L, code.shape[1], min_blocks, G,
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=_runtime.next_pow2(block_t * S),
         CHUNK=chunk, KEY64=(NB + 1) * _runtime.next_pow2(block_t * S) > t.fill_key32_max,
-        BLOCK_G=_runtime.next_pow2(G), direct=direct, num_warps=t.fill_warps,
+        BLOCK_G=_runtime.next_pow2(G), direct=direct, key=key, num_warps=t.fill_warps,
     )  # fmt: skip
     return row_ptr, col, code
 
 
 def block_major_forward(
     q, k, v, block_idx, counts, hist, col, code, min_blocks, o, lse, flags, dims, block_t,
-    qk_scale, tuning,
+    qk_scale, tuning, key=None,
 ):  # fmt: skip
     """Write o and lse of the block-handled tiles (called by `selection_forward_triton`).
 
@@ -541,6 +542,7 @@ def block_major_forward(
             non-finite (a hidden key's value may have reached it).
         block_t: tokens per tile (the forward's); qk_scale: softmax scale * log2(e).
         tuning: the forward's `NsaTuning`; its block_major settings apply.
+        key: the forward's launch key (`_runtime.launch`), or None.
     """
     t, direct = tuning.block_major, tuning.direct_launch
     BH = dims.B * dims.Hkv
@@ -551,7 +553,7 @@ def block_major_forward(
     part_l = _checks.new_empty((BH, dims.T, dims.S, dims.G), torch.float32, q.device)
     row_ptr, col, code = block_lists(
         block_idx, counts, hist, min_blocks, dims.block_size, block_t, chunk, part_l, tuning,
-        col=col, code=code,
+        col=col, code=code, key=key,
     )  # fmt: skip
     n_lists = row_ptr.shape[1] - 1
     n_chunks = _runtime.cdiv(dims.T * dims.S, chunk) + n_lists  # the most any row can have
@@ -569,7 +571,7 @@ def block_major_forward(
         OFF64=dims.T * dims.S * block_g * dims.D > t.partial_off32_max, EVEN_G=dims.G == block_g,
         FAST=t.partial_fast_math and not interpreted,
         EVICT=t.partial_store_evict,
-        direct=direct, num_warps=t.partial_warps,
+        direct=direct, key=key, num_warps=t.partial_warps,
     )  # fmt: skip
     n_tiles = counts.shape[1]
     n_comb = n_tiles
@@ -581,5 +583,5 @@ def block_major_forward(
         counts, part_o, part_l, o, lse, dims.T, dims.Hq, dims.G, min_blocks, n_tiles,
         S=dims.S, D=dims.D, BLOCK_T=block_t, BLOCK_G=block_g,
         WALK=walk if walk <= t.combine_precheck_tiles else 0,
-        direct=direct, num_warps=t.combine_warps,
+        direct=direct, key=key, num_warps=t.combine_warps,
     )  # fmt: skip

@@ -56,7 +56,7 @@ sits in a kernel of its own, so it costs the fast kernels no registers. A non-fi
 (NaN when it is a NaN).
 """
 
-import contextlib
+import threading
 
 import torch
 import triton
@@ -76,6 +76,7 @@ from .tiles import (
 from .tuning import resolve
 
 _SIDE_STREAMS = {}  # the second stream of `side_stream`, per CUDA device
+_EVENTS = threading.local()  # .pairs: device index -> (fork, join) events of this thread
 
 
 def forward_stages(block_t, tuning=None):
@@ -294,6 +295,20 @@ def side_stream(device, tuning=None):
     return _SIDE_STREAMS[index]
 
 
+def _fork_join_events(device):
+    """Two CUDA events (no timing) for the fork and the join of one call: made once per
+    thread and device and recorded again by every call. A wait takes the event's state
+    when it is issued, so each call's record-then-wait pair is its own dependency; per
+    thread, so that two threads' calls cannot record between the other's pair."""
+    pairs = getattr(_EVENTS, "pairs", None)
+    if pairs is None:
+        pairs = _EVENTS.pairs = {}
+    pair = pairs.get(device.index)
+    if pair is None:
+        pair = pairs[device.index] = (torch.cuda.Event(), torch.cuda.Event())
+    return pair
+
+
 def selection_forward_triton(
     q, k, v, block_idx, block_size, scale=None, return_lse=False, *, tuning=None
 ):
@@ -322,6 +337,12 @@ def selection_forward_triton(
     tuning = resolve(tuning)
     ft = tuning.forward
     dims = _checks.check_forward_args(q, k, v, block_idx, block_size, scale)
+    # Every launch below is determined by this key (`_runtime.launch`): the sizes, dtypes,
+    # tuning and device decide all integers, constexprs and the layout of the buffers
+    # allocated here, and the inputs' alignment the rest.
+    key = _runtime.launch_key(
+        "fwd", dims, q.dtype, block_idx.dtype, tuning, _runtime.aligned(q, k, v, block_idx)
+    )
     nbytes = block_path_bytes(dims, q.element_size())
     min_blocks = block_path_min_blocks(dims.S, dims.G, nbytes, tuning)
     side = side_stream(q.device, tuning) if min_blocks is not None else None
@@ -337,37 +358,40 @@ def selection_forward_triton(
     grid = (_runtime.cdiv(dims.T, block_t), dims.B * dims.Hkv)
     flags = torch.empty(grid[1], grid[0], dtype=torch.int32, device=q.device)
     lists, counts = tile_block_lists(
-        block_idx, block_size, block_t, hist, min_blocks or 0, flags=flags, tuning=tuning
+        block_idx, block_size, block_t, hist, min_blocks or 0, flags=flags, tuning=tuning,
+        key=key,
     )  # fmt: skip
     qk_scale = dims.scale * LOG2E
-    main = torch.cuda.current_stream(q.device) if side is not None else None
     if side is not None:
-        side.wait_stream(main)  # the tile lists and counts, written on `main`
-    with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
-        _runtime.launch(
-            _sel_fwd_kernel, grid, q, k, v, block_idx, lists, counts, o, lse, flags,
-            dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,
-            S=dims.S, D=dims.D, BS=block_size, S_PAD=_runtime.next_pow2(dims.S),
-            BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(),
-            SKIP_BLOCK_TILES=hist is not None,
-            direct=tuning.direct_launch, num_warps=ft.num_warps,
-            num_stages=forward_stages(block_t, tuning),
-        )  # fmt: skip
+        fork, join = _fork_join_events(q.device)
+        fork.record()  # on the current stream, after the tile lists and counts
+        side.wait_event(fork)
+    _runtime.launch(
+        _sel_fwd_kernel, grid, q, k, v, block_idx, lists, counts, o, lse, flags,
+        dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,
+        S=dims.S, D=dims.D, BS=block_size, S_PAD=_runtime.next_pow2(dims.S),
+        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(),
+        SKIP_BLOCK_TILES=hist is not None,
+        direct=tuning.direct_launch, key=key, stream=side, num_warps=ft.num_warps,
+        num_stages=forward_stages(block_t, tuning),
+    )  # fmt: skip
     if hist is not None:
         block_major.block_major_forward(
             q, k, v, block_idx, counts, hist, col, code, min_blocks, o, lse, flags, dims,
-            block_t, qk_scale, tuning,
+            block_t, qk_scale, tuning, key=key,
         )  # fmt: skip
     if side is not None:
-        # Join: everything after the call on `main` (and the caching allocator's reuse of
-        # this call's temporaries, which were allocated on `main`) waits for the tile kernel.
-        main.wait_stream(side)
+        # Join: everything after the call on the current stream (and the caching
+        # allocator's reuse of this call's temporaries, allocated on it) waits for the tile
+        # kernel.
+        join.record(side)
+        join.wait()
     _runtime.launch(
         _sel_fwd_fix_kernel, (_runtime.cdiv(grid[0], ft.fix_tiles), grid[1]),
         q, k, v, block_idx, lists, counts, o, lse, flags,
         dims.T, dims.NB, dims.Hq, dims.G, qk_scale, grid[0],
         S=dims.S, D=dims.D, BS=block_size, S_PAD=_runtime.next_pow2(dims.S),
         BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(), FIX=ft.fix_tiles,
-        direct=tuning.direct_launch, num_warps=ft.num_warps, num_stages=1,
+        direct=tuning.direct_launch, key=key, num_warps=ft.num_warps, num_stages=1,
     )  # fmt: skip
     return (o, lse) if return_lse else o

@@ -165,14 +165,15 @@ def _inv_fill_kernel(
     tl.store(COL + i_bh.to(tl.int64) * T * S + place, i_t, mask=real)
 
 
-def inverted_lists(block_idx, block_size, unique=True, seg_len=None, tuning=None):
+def inverted_lists(block_idx, block_size, unique=True, seg_len=None, tuning=None, key=None):
     """(row_ptr, col, segments) of block_idx's inverse (module doc); segments is None
     unless seg_len is given, else (seg_block, seg_start, part_start, n_part) as
     backward.py's dk/dv kernels read them:
     seg_block int32 [BH, NSEG] (NSEG = NB + T * S // seg_len, which bounds the segments),
     seg_start and part_start int32 [BH, NB + 1], and n_part = max(1, 2 * T * S // seg_len)
     partial slots per (b, kv head) (a split list has count > seg_len, so its
-    cdiv(count, seg_len) < 2 * count / seg_len slots). block_idx: checked by the caller."""
+    cdiv(count, seg_len) < 2 * count / seg_len slots). block_idx: checked by the caller;
+    key: the calling wrapper's launch key (`_runtime.launch`), or None."""
     tuning = resolve(tuning)
     t, direct = tuning.backward, tuning.direct_launch
     B, Hkv, T, S = block_idx.shape
@@ -188,13 +189,14 @@ def inverted_lists(block_idx, block_size, unique=True, seg_len=None, tuning=None
         _inv_sort_kernel, (n_tiles, BH),
         block_idx, keys, hist, T, NB, S=S, BS=block_size, TT=tt, L_PAD=l_pad,
         ZB=t.invert_prefix_block, UNIQUE=unique, KEY64=key64,
-        direct=direct, num_warps=t.invert_warps,
+        direct=direct, key=key, num_warps=t.invert_warps,
     )  # fmt: skip
     total = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
     jb = t.invert_scan_buckets
     _runtime.launch(
         _inv_scan_kernel, (_runtime.cdiv(NB + 1, jb), BH),
-        hist, total, NB, n_tiles, JB=jb, TB=t.invert_scan_tiles, direct=direct, num_warps=4,
+        hist, total, NB, n_tiles, JB=jb, TB=t.invert_scan_tiles, direct=direct, key=key,
+        num_warps=4,
     )  # fmt: skip
     row_ptr = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
     segments = None
@@ -210,13 +212,14 @@ def inverted_lists(block_idx, block_size, unique=True, seg_len=None, tuning=None
     _runtime.launch(
         _inv_ptr_kernel, (BH,),
         total, row_ptr, seg_block, seg_start, part_start, NB, n_seg, seg_len or 1,
-        PB=t.invert_prefix_block, SPLIT=seg_len is not None, direct=direct, num_warps=4,
+        PB=t.invert_prefix_block, SPLIT=seg_len is not None, direct=direct, key=key,
+        num_warps=4,
     )  # fmt: skip
     col = torch.empty(BH, T * S, dtype=torch.int32, device=dev)
     _runtime.launch(
         _inv_fill_kernel, (n_tiles, BH),
         keys, hist, row_ptr, col, T, NB, S=S, TT=tt, L_PAD=l_pad,
-        direct=direct, num_warps=t.invert_warps,
+        direct=direct, key=key, num_warps=t.invert_warps,
     )  # fmt: skip
     return row_ptr, col, segments
 

@@ -126,7 +126,7 @@ def window_tiles(n_tiles, n_windows):
 
 
 def tile_block_lists(
-    block_idx, block_size, block_t, hist=None, min_blocks=0, flags=None, tuning=None
+    block_idx, block_size, block_t, hist=None, min_blocks=0, flags=None, tuning=None, key=None
 ):  # fmt: skip
     """Per tile of block_t consecutive tokens, the distinct kept blocks its tokens selected.
 
@@ -142,6 +142,7 @@ def tile_block_lists(
         min_blocks: see hist.
         flags: optional int32 [B * Hkv, n_tiles], zero-filled here.
         tuning: an `NsaTuning` (None: the default); its forward.tile_list_warps apply.
+        key: the calling wrapper's launch key (`_runtime.launch`), or None.
     Returns:
         lists: int32 [B * Hkv, n_tiles, block_t * S]; row [bh, i] holds, ascending, the
             count[bh, i] distinct blocks kept by any token of tile i (entries after that are
@@ -163,7 +164,7 @@ def tile_block_lists(
         NW, window_tiles(n_tiles, NW),
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=l_pad,
         USE_HIST=hist is not None, ZERO_FLAG=flags is not None,
-        direct=tuning.direct_launch, num_warps=tuning.forward.tile_list_warps,
+        direct=tuning.direct_launch, key=key, num_warps=tuning.forward.tile_list_warps,
     )  # fmt: skip
     return lists, counts
 
