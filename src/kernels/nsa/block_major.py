@@ -421,11 +421,18 @@ def _combine_kernel(
             pid_t = nxt
 
 
+_SMS = {}  # CUDA device index -> its streaming multiprocessors (`_multiprocessors`)
+
+
 def _multiprocessors(device):
-    """Streaming multiprocessors of a CUDA device (a host-side query); 1 elsewhere."""
+    """Streaming multiprocessors of a CUDA device (a host-side query, made once per
+    device); 1 elsewhere."""
     if device.type != "cuda":
         return 1
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    n = _SMS.get(device.index)
+    if n is None:
+        n = _SMS[device.index] = torch.cuda.get_device_properties(device).multi_processor_count
+    return n
 
 
 def list_windows(T, block_t, tuning=None):
