@@ -108,6 +108,30 @@ def test_each_path_writes_only_its_tiles(monkeypatch):
     assert torch.equal(torch.isnan(o[0]).all(-1), handled[None].expand(Hq, T))
 
 
+@pytest.mark.parametrize("T", [64, 65])
+def test_block_phase_is_launched_only_where_a_tile_can_use_it(monkeypatch, T):
+    """'auto' at S=2, block 16 (threshold 2 S = 4 blocks; a tile of 16 tokens keeps at most
+    min(NB, 32)): at T=64 (NB=4) no tile can exceed it, so neither the block-major phase
+    nor its scratch is launched, and the result matches the reference; at T=65 (NB=5) both
+    run. The threshold rule without a cap is unchanged."""
+    calls = []
+    real = block_major.block_major_forward
+    monkeypatch.setattr(
+        block_major, "block_major_forward", lambda *a, **kw: calls.append(T) or real(*a, **kw)
+    )
+    B, Hq, Hkv, D, bs, S = 1, 4, 1, 32, 16, 2
+    q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=41)
+    idx = make_idx("random", B, Hkv, T, bs, S)
+    check_forward(q, k, v, idx, bs)
+    assert calls == ([] if T == 64 else [T])
+    nb = -(-T // bs)
+    assert forward.block_path_min_blocks(S, 4, max_blocks=min(nb, 16 * S)) == (
+        None if T == 64 else 2 * S
+    )
+    assert forward.block_path_min_blocks(S, 4) == 2 * S
+    assert forward.block_path_min_blocks(S, 4, max_blocks=1, tuning=schedule("blocks")) == -1
+
+
 def test_auto_without_block_tiles_equals_tile_schedule():
     """'recent' has at most S + 1 blocks per tile: with the default ratio no tile is
     block-handled and the result is bitwise the token-tile one; 'tile' still matches the

@@ -32,7 +32,9 @@ The tile-list kernel counts each tile's distinct kept blocks anyway; a tile is
 path's temporaries fit block_path_max_bytes ("auto"), always ("blocks") or never ("tile").
 The tile kernel returns at once for block-handled tiles and the block-major
 kernels at once for the others, so the choice costs no host sync (calls stay capturable in a
-CUDA graph); when no tile is block-handled the block-major phase costs its launches only.
+CUDA graph); when no tile is block-handled the block-major phase costs its launches only,
+and when no tile can be (a tile keeps at most min(NB, BLOCK_T * S) distinct blocks: short
+sequences), the host launches none of it.
 When both paths may run, the tile kernel runs on a second stream beside the block-major
 kernels (`overlap_tile_kernel`): they write disjoint rows, and the call joins the streams
 before it returns.
@@ -269,11 +271,13 @@ def block_path_bytes(dims, element_size):
     return entries * (dims.G * (dims.D * element_size + 4) + 8)
 
 
-def block_path_min_blocks(S, G, nbytes=0, tuning=None):
+def block_path_min_blocks(S, G, nbytes=0, tuning=None, max_blocks=None):
     """The schedule rule as a threshold: a tile whose count of distinct kept blocks exceeds
     the returned value is block-handled (-1: every tile); None: no tile is (also under
-    "auto" when the group G exceeds `block_path_max_g` or the path's `nbytes` of
-    temporaries exceed `block_path_max_bytes`)."""
+    "auto" when the group G exceeds `block_path_max_g`, the path's `nbytes` of temporaries
+    exceed `block_path_max_bytes`, or no tile can exceed the threshold: `max_blocks`, the
+    most distinct blocks a tile can keep, min(NB, BLOCK_T * S), is at most it; with the
+    default ratio of 2 that is every T <= 2 * S * block_size)."""
     t = resolve(tuning).forward
     if t.schedule == "blocks":
         return -1
@@ -281,7 +285,10 @@ def block_path_min_blocks(S, G, nbytes=0, tuning=None):
         return None
     if nbytes > t.block_path_max_bytes:
         return None
-    return int(t.block_path_ratio * S)
+    threshold = int(t.block_path_ratio * S)
+    if max_blocks is not None and max_blocks <= threshold:
+        return None
+    return threshold
 
 
 def side_stream(device, tuning=None):
@@ -343,12 +350,16 @@ def selection_forward_triton(
     key = _runtime.launch_key(
         "fwd", dims, q.dtype, block_idx.dtype, tuning, _runtime.aligned(q, k, v, block_idx)
     )
+    block_g, block_t, prec = tile_config(dims.G, q.dtype, ft.tile_rows)
     nbytes = block_path_bytes(dims, q.element_size())
-    min_blocks = block_path_min_blocks(dims.S, dims.G, nbytes, tuning)
+    # Where no tile can be block-handled (short sequences: few blocks in all), the
+    # block-major phase is not launched at all: no scratch, fork or join.
+    min_blocks = block_path_min_blocks(
+        dims.S, dims.G, nbytes, tuning, max_blocks=min(dims.NB, block_t * dims.S)
+    )
     side = side_stream(q.device, tuning) if min_blocks is not None else None
     o = _checks.new_empty(q.shape, q.dtype, q.device)
     lse = _checks.new_empty(q.shape[:3], torch.float32, q.device)
-    block_g, block_t, prec = tile_config(dims.G, q.dtype, ft.tile_rows)
 
     hist = None
     if min_blocks is not None:
