@@ -15,7 +15,8 @@ dS = P * (do v^T - delta), dq = scale * dS k, dk = scale * dS^T q, dv = P^T do.
   queries (block 0 of the 'random' pattern is chosen by all of them) would be one long serial
   program, so each list is cut into segments of segment_chunks * BLOCK_Q entries, one program
   per segment. A block with one segment (the common case) writes dk/dv directly; the segments
-  of a longer list write fp32 partials that a small kernel then adds in segment order. The grid
+  of a longer list write fp32 partials that a small kernel then adds in segment order (not
+  launched where T * S entries fit one segment, so that no list can be split). The grid
   is a static bound on the number of segments (NB + T * S / segment length; spare programs
   exit; the inversion's last kernels write the segments), so nothing syncs the host.
   Every sum runs in a fixed order, so dk/dv are bitwise deterministic (no float atomics),
@@ -422,11 +423,14 @@ def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scal
         direct=tuning.direct_launch, key=key, num_warps=bt.dkdv_warps,
         num_stages=bt.dkdv_stages,
     )  # fmt: skip
-    _runtime.launch(
-        _sel_bwd_reduce_kernel, (dims.NB, BH),
-        seg_start, part_start, part, dk, dv, dims.T, dims.NB, n_part, dims.scale,
-        D=dims.D, BS=block_size, direct=tuning.direct_launch, key=key, num_warps=4,
-    )  # fmt: skip
+    # A list has at most T * S entries (every slot of every token naming its block); where
+    # that fits one segment no list is split and the reduce would find nothing to add.
+    if dims.T * dims.S > seg_len:
+        _runtime.launch(
+            _sel_bwd_reduce_kernel, (dims.NB, BH),
+            seg_start, part_start, part, dk, dv, dims.T, dims.NB, n_part, dims.scale,
+            D=dims.D, BS=block_size, direct=tuning.direct_launch, key=key, num_warps=4,
+        )  # fmt: skip
     return dk, dv
 
 
