@@ -131,7 +131,7 @@ NSA_HUNKS = (
         indent=4,
     ),
     Hunk("dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,", "0.0,  # gate_never"),
-    Hunk("BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(),", "EXTRA={extra},"),
+    Hunk("BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=for_loop,", "EXTRA={extra},"),
 )
 
 # The NSA patch with the amount as a runtime argument, counted down by a `while` loop
@@ -280,7 +280,7 @@ NSA_BWD_LOOP_HUNKS = (
 # whose store needs gate_never > 0 (never passed): host work plus a launch's device cost.
 HOST_MARK = "# gate-study extra host work"
 NSA_HOST_HUNKS = (
-    Hunk("import contextlib", "import time"),
+    Hunk("import threading", "import time"),
     Hunk(
         "tuning = resolve(tuning)",
         HOST_MARK + ": {extra} us of Python per call (no device work)\n"

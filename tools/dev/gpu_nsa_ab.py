@@ -3,6 +3,8 @@
     PYTHONPATH=<checkout>/src:<repo> python3 -m tools.dev.gpu_nsa_ab run TAG --out DIR
         [--points 4096:recent 32768:random ...]                 (one process per checkout)
     python3 -m tools.dev.gpu_nsa_ab compare DIR TAG_A TAG_B
+    python3 -m tools.dev.gpu_nsa_ab rounds --old OLD_SRC --new NEW_SRC --out DIR [--rounds 3]
+        [--points ...]     (fresh processes, old and new alternating; compare, then summary)
 
 `run` builds the seed-shape inputs of each point from a fixed seed (B=1, Hq=16, Hkv=4,
 D=64, block 64, S=16, bf16), saves the forward's o and lse and the backward's (lse given)
@@ -11,10 +13,19 @@ dq, dk and dv to DIR/TAG.pt, and times both calls with the suite's timers
 whether each output is bitwise equal between the two runs and prints the times side by
 side (medians of the samples, us). For a change meant to keep the results bit for bit,
 such as a rework of the index inversion or the launch path.
+
+A process's host figure moves by up to a third between processes on the H200 host, so one
+process a side cannot show a change of a few tens of microseconds: `rounds` runs N fresh
+processes a side, alternating (old1, new1, old2, ...), checks old1 against new1 bit for bit
+and prints, per call, the median graph time of each side and every process's host figure
+(`summary`).
 """
 
 import argparse
+import os
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -77,6 +88,49 @@ def compare(out, tag_a, tag_b):
         print(f"| {name} | {ga:.1f} | {gb:.1f} | {gb / ga:.3f} | {ha:.1f} | {hb:.1f} |")
 
 
+def summary(out, sides=("old", "new")):
+    """Per call: each side's median graph time (the median of its processes' medians) and
+    every process's host figure, from the files `rounds` wrote (TAG = side + round number).
+    Returns the rows printed."""
+    times = {}
+    for f in sorted(Path(out).glob("*.pt")):
+        side = f.stem.rstrip("0123456789")
+        if side in sides:
+            for name, (graph, host) in torch.load(f)["times"].items():
+                times.setdefault(name, {}).setdefault(side, []).append((graph, host))
+    a, b = sides
+    print(f"| call | graph {a} | graph {b} | ratio | host {a} (per process) | host {b} "
+          f"(per process) | host {b}/{a} |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    rows = []
+    for name, by_side in times.items():
+        if a not in by_side or b not in by_side:
+            continue
+        ga, gb = (statistics.median(g for g, _ in by_side[x]) for x in sides)
+        ha, hb = ([h for _, h in by_side[x]] for x in sides)
+        row = (name, ga, gb, gb / ga, ha, hb, statistics.median(hb) / statistics.median(ha))
+        rows.append(row)
+        each = [", ".join(f"{h:.0f}" for h in hs) for hs in (ha, hb)]
+        print(f"| {name} | {ga:.1f} | {gb:.1f} | {row[3]:.3f} | {each[0]} | {each[1]} | "
+              f"{row[6]:.2f} |")  # fmt: skip
+    return rows
+
+
+def rounds(old_src, new_src, out, n, points, device):
+    """`run` in 2 * n fresh processes, old and new alternating, each with its checkout's
+    src first on PYTHONPATH; then `compare` of the first pair and `summary`."""
+    repo = Path(__file__).resolve().parents[2]
+    for i in range(1, n + 1):
+        for side, src in (("old", old_src), ("new", new_src)):
+            env = dict(os.environ, PYTHONPATH=f"{Path(src).resolve()}{os.pathsep}{repo}")
+            cmd = [sys.executable, "-m", "tools.dev.gpu_nsa_ab", "run", f"{side}{i}",
+                   "--out", str(out), "--device", device, "--points", *points]  # fmt: skip
+            subprocess.run(cmd, env=env, cwd=repo, check=True)
+    compare(out, "old1", "new1")
+    print()
+    summary(out)
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -85,6 +139,13 @@ def main():
     r.add_argument("--out", required=True)
     r.add_argument("--points", nargs="+", default=["4096:recent", "4096:random", "32768:random"])
     r.add_argument("--device", default="cuda", help="cpu: the interpreter, small points only")
+    r2 = sub.add_parser("rounds")
+    r2.add_argument("--old", required=True, help="the old checkout's src directory")
+    r2.add_argument("--new", required=True, help="the new checkout's src directory")
+    r2.add_argument("--out", required=True)
+    r2.add_argument("--rounds", type=int, default=3)
+    r2.add_argument("--points", nargs="+", default=["4096:recent", "4096:random", "32768:random"])
+    r2.add_argument("--device", default="cuda")
     c = sub.add_parser("compare")
     c.add_argument("out")
     c.add_argument("tag_a")
@@ -92,6 +153,8 @@ def main():
     args = ap.parse_args()
     if args.cmd == "run":
         run(args.tag, args.out, args.points, args.device)
+    elif args.cmd == "rounds":
+        rounds(args.old, args.new, args.out, args.rounds, args.points, args.device)
     else:
         compare(args.out, args.tag_a, args.tag_b)
 

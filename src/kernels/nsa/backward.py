@@ -384,6 +384,7 @@ def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale, tu
     grid = (_runtime.cdiv(dims.T, block_t), dims.B * dims.Hkv)
     # One int32 per tile, written by the plain launch for every tile, read by the SAFE one.
     redo = torch.empty(grid[0] * grid[1], dtype=torch.int32, device=q.device)
+    for_loop = use_for_loop()
     for safe in (False, True):
         _runtime.launch(
             _sel_bwd_dq_kernel, grid,
@@ -391,7 +392,7 @@ def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale, tu
             delta if lse_lo is None else lse_lo, dq, redo,
             dims.T, dims.NB, dims.Hq, dims.G, qk_scale, dims.scale,
             S=dims.S, D=dims.D, BS=block_size, S_PAD=_runtime.next_pow2(dims.S),
-            BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(), SAFE=safe,
+            BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=for_loop, SAFE=safe,
             RENORM=renorm,
             direct=tuning.direct_launch, key=(key, safe), num_warps=bt.dq_warps,
             num_stages=bt.dq_stages,

@@ -465,7 +465,7 @@ def list_scratch(dims, block_t, element_size, device, tuning=None):
     L = dims.T * dims.S + NL * chunk
     NC = _runtime.cdiv(L, chunk)
     buf = torch.full((BH * (NL + L + NC),), -1, dtype=torch.int32, device=device)
-    hist, col, code = buf.split([BH * NL, BH * L, BH * NC])
+    hist, col, code = buf.split_with_sizes([BH * NL, BH * L, BH * NC])
     return hist.view(BH, NL), col.view(BH, L), code.view(BH, NC)
 
 
@@ -534,7 +534,7 @@ def block_lists(
 
 def block_major_forward(
     q, k, v, block_idx, counts, hist, col, code, min_blocks, o, lse, flags, dims, block_t,
-    qk_scale, tuning, key=None,
+    qk_scale, tuning, key=None, interpreted=None,
 ):  # fmt: skip
     """Write o and lse of the block-handled tiles (called by `selection_forward_triton`).
 
@@ -550,6 +550,7 @@ def block_major_forward(
         block_t: tokens per tile (the forward's); qk_scale: softmax scale * log2(e).
         tuning: the forward's `NsaTuning`; its block_major settings apply.
         key: the forward's launch key (`_runtime.launch`), or None.
+        interpreted: whether Triton's interpreter runs the kernels (None: read it here).
     """
     t, direct = tuning.block_major, tuning.direct_launch
     BH = dims.B * dims.Hkv
@@ -566,7 +567,8 @@ def block_major_forward(
     n_chunks = _runtime.cdiv(dims.T * dims.S, chunk) + n_lists  # the most any row can have
     if t.partial_waves is not None:
         n_chunks = min(n_chunks, _runtime.cdiv(t.partial_waves * _multiprocessors(q.device), BH))
-    interpreted = _runtime.interpreter_active()
+    if interpreted is None:
+        interpreted = _runtime.interpreter_active()
     _runtime.launch(
         _partial_kernel, (n_chunks, BH),
         q, k, v, row_ptr, col, code, part_o, part_l, flags, dims.T, n_lists, dims.Hq, dims.G,

@@ -373,6 +373,7 @@ def selection_forward_triton(
         key=key,
     )  # fmt: skip
     qk_scale = dims.scale * LOG2E
+    for_loop = use_for_loop()
     if side is not None:
         fork, join = _fork_join_events(q.device)
         fork.record()  # on the current stream, after the tile lists and counts
@@ -381,7 +382,7 @@ def selection_forward_triton(
         _sel_fwd_kernel, grid, q, k, v, block_idx, lists, counts, o, lse, flags,
         dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,
         S=dims.S, D=dims.D, BS=block_size, S_PAD=_runtime.next_pow2(dims.S),
-        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(),
+        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=for_loop,
         SKIP_BLOCK_TILES=hist is not None,
         direct=tuning.direct_launch, key=key, stream=side, num_warps=ft.num_warps,
         num_stages=forward_stages(block_t, tuning),
@@ -389,7 +390,7 @@ def selection_forward_triton(
     if hist is not None:
         block_major.block_major_forward(
             q, k, v, block_idx, counts, hist, col, code, min_blocks, o, lse, flags, dims,
-            block_t, qk_scale, tuning, key=key,
+            block_t, qk_scale, tuning, key=key, interpreted=not for_loop,
         )  # fmt: skip
     if side is not None:
         # Join: everything after the call on the current stream (and the caching
@@ -402,7 +403,7 @@ def selection_forward_triton(
         q, k, v, block_idx, lists, counts, o, lse, flags,
         dims.T, dims.NB, dims.Hq, dims.G, qk_scale, grid[0],
         S=dims.S, D=dims.D, BS=block_size, S_PAD=_runtime.next_pow2(dims.S),
-        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=use_for_loop(), FIX=ft.fix_tiles,
+        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=for_loop, FIX=ft.fix_tiles,
         direct=tuning.direct_launch, key=key, num_warps=ft.num_warps, num_stages=1,
     )  # fmt: skip
     return (o, lse) if return_lse else o
