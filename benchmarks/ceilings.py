@@ -5,7 +5,9 @@ same machine as the kernels' figures. tools/report.py divides by them (the NSA k
 TFLOP/s as % of the matmul rate, the KDA verify's bytes per cold call as % of the copy
 rate, each against the ceiling of the same commit; docs/benchmarks.md, "Derived figures").
 Higher is better, so they are not gated. They run in the nightly sweep and in smoke mode
-only (`common.FULL_SUITE`), so CI exercises their plumbing.
+(`common.FULL_SUITE`), so CI exercises their plumbing, and the matmul rate also in the
+seed's view (`common.VIEW`; `nsa.VIEW_BENCHMARKS` selects it), whose report gives the
+kernels' TFLOP/s as a share of it.
 """
 
 import torch
@@ -15,6 +17,7 @@ from .common import (
     DTYPE,
     FULL_SUITE,
     SMOKE,
+    VIEW,
     generator,
     median,
     metric,
@@ -69,6 +72,9 @@ if FULL_SUITE:
         @metric("GB/s")
         def track_copy_gb_per_s(self):
             return copy_bytes_per_s() / 1e9
+
+
+if FULL_SUITE or VIEW:
 
     class Matmul(_Ceiling):
         """The dense bf16 matmul ceiling (tools/report.py gives the NSA kernels' TFLOP/s as %

@@ -123,11 +123,13 @@ IMPL_AXIS = grid(
 VIEW_REFERENCE_PATTERN = PATTERN_AXIS[0]
 # asv's -b selection of the view (scripts/main.sh): asv matches it against
 # "name(param, ...)", so one regex picks the classes, the figures and the points: the
-# kernel's every point, the reference's on VIEW_REFERENCE_PATTERN only. The points it
-# leaves out spawn no process (asv stores NaN there; the report borrows the other row).
+# kernel's every point, the reference's on VIEW_REFERENCE_PATTERN only, and the matmul
+# ceiling (one process: the report's % of the matmul rate). The points it leaves out spawn
+# no process (asv stores NaN there; the report borrows the other row).
 VIEW_BENCHMARKS = (
-    r"^nsa\.Nsa(Forward|Backward)\.track_(time|time_eager|peak_vram_bytes)\(\d+, "
+    r"^(nsa\.Nsa(Forward|Backward)\.track_(time|time_eager|peak_vram_bytes)\(\d+, "
     rf"('triton'|'reference', '[^']*', '{VIEW_REFERENCE_PATTERN}')"
+    r"|ceilings\.Matmul\.track_bf16_tflops)"
 )
 
 # Upper bounds on the device operations (kernels, memsets, copies) one call queues, with

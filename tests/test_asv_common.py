@@ -284,7 +284,8 @@ def test_default_and_nightly_suites_are_pinned(suites):
 def test_view_suite_grid_and_process_count(suites):
     """The view: NsaForward and NsaBackward x {seed, paper} x {recent, random} x seq_len
     512..32768 x {triton, reference}; the graph figure for the kernel only, no host figure;
-    the -b selection runs the reference on one pattern. 224 processes (docs/benchmarks.md):
+    the -b selection runs the reference on one pattern; and the matmul ceiling. 225 processes
+    (docs/benchmarks.md):
     within the main job's budget of about 250 (15 min on an H200, 1.5-3 s a process)."""
     view = {b["name"]: b["params"] for b in suites["view"]["benchmarks"]}
     seq = [str(T) for T in (512, 1024, 2048, 4096, 8192, 16384, 32768)]
@@ -297,12 +298,15 @@ def test_view_suite_grid_and_process_count(suites):
         assert f"nsa.{cls}.track_time_host" not in view
     selection = suites["view"]["view_selection"]
     per_class = {"track_time": 28, "track_time_eager": 42, "track_peak_vram_bytes": 42}
-    assert selection == {f"nsa.{cls}.{method}": n for cls in ("NsaForward", "NsaBackward")
-                         for method, n in per_class.items()}  # fmt: skip
-    assert sum(selection.values()) == 224 <= 250
+    assert selection == {
+        **{f"nsa.{cls}.{method}": n for cls in ("NsaForward", "NsaBackward")
+           for method, n in per_class.items()},
+        "ceilings.Matmul.track_bf16_tflops": 1,  # the report's % of the matmul rate
+    }  # fmt: skip
+    assert sum(selection.values()) == 225 <= 250
     # Smoke: the smoke sizes, two seq_lens, one pattern; the reference runs there.
     smoke = suites["smoke-view"]["view_selection"]
-    assert sum(smoke.values()) == 20
+    assert sum(smoke.values()) == 21
     smoke_eager = {b["name"]: b["params"] for b in suites["smoke-view"]["benchmarks"]}
     assert smoke_eager["nsa.NsaForward.track_time_eager"] == [["40", "80"], ["'triton'",
                                                               "'reference'"], ["'tiny-seed'"],
@@ -330,6 +334,8 @@ def test_view_selection_regex():
         assert not sel.search(f"nsa.{cls}.track_time_host(512, 'triton', 'seed', '{ref}')")
     assert not sel.search(f"nsa.NsaAutograd.track_time_eager(4096, 'triton', 'seed', '{ref}')")
     assert not sel.search("kda.KdaVerify.track_time(1, 'fused', 'safe', 'H8-HV8')")
+    assert sel.search("ceilings.Matmul.track_bf16_tflops")
+    assert not sel.search("ceilings.CopyRate.track_copy_gb_per_s")
 
 
 VIEW_OOM = r"""

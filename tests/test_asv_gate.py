@@ -81,8 +81,9 @@ def test_view_step_records_kernel_and_reference_eager(repo, tmp_path):
     """The main job's view step (scripts/main.sh): `asv run HEAD^!` with
     ATTNBENCH_SUITE=view under its own machine, selected by nsa.VIEW_BENCHMARKS (here
     narrowed to seq_len 40 to keep the test short), records the eager figure of the kernel
-    and the reference, the kernel's graph figure and both peak VRAMs, and nothing else; the
-    report writes the view's plots from it."""
+    and the reference, the kernel's graph figure, both peak VRAMs and the matmul ceiling, and
+    nothing else; the report writes the view's plots from it and gives the kernel's TFLOP/s
+    as a share of that ceiling."""
     r = repo
     names = subprocess.run(
         [sys.executable, "-c", "import benchmarks.nsa as n; print(n.VIEW_BENCHMARKS)"],
@@ -112,7 +113,9 @@ def test_view_step_records_kernel_and_reference_eager(repo, tmp_path):
     data = json.loads(path.read_text())
     methods = ("track_time", "track_time_eager", "track_peak_vram_bytes")
     expected = {f"nsa.{cls}.{m}" for cls in ("NsaForward", "NsaBackward") for m in methods}
-    assert set(data["results"]) == expected
+    ceiling = "ceilings.Matmul.track_bf16_tflops"
+    assert set(data["results"]) == expected | {ceiling}
+    assert data["results"][ceiling][0][0] > 0
     for name in expected:
         values, params = data["results"][name][:2]
         got = dict(zip(itertools.product(*params), values, strict=True))
@@ -131,3 +134,5 @@ def test_view_step_records_kernel_and_reference_eager(repo, tmp_path):
     assert rows[0]["ref_eager_ms"] and rows[0]["kernel_eager_ms"] and rows[0]["kernel_ms"]
     for name in ("toks_vs_seqlen_fwd.png", "vram_vs_seqlen_bwd.png"):
         assert (out / name).stat().st_size > 0, name
+    summary = (out / "summary.md").read_text()
+    assert "% of the matmul rate (" in summary and "no Matmul ceiling" not in summary
