@@ -159,25 +159,21 @@ def launch(kernel, grid, *args, direct=True, key=None, stream=None, **kwargs):
     building that key too. `stream`: a `torch.cuda.Stream` to launch on instead of the
     current one. A num_stages whose shared memory does not fit is lowered to one that does.
     Returns what `kernel[grid](...)` returns (the compiled kernel when compiled)."""
-    if stream is not None:
-        if direct and type(grid) is tuple and direct_supported(kernel):
-            handle = stream.cuda_stream
-            # The direct path below launches on `current_stream(device)`: this one instead.
-            return _launch(kernel, grid, args, kwargs, key, lambda device: handle, stream)
-        with torch.cuda.stream(stream):
-            return launch(kernel, grid, *args, direct=direct, key=key, **kwargs)
     if not (direct and type(grid) is tuple and direct_supported(kernel)):
         _check_call(kernel, len(args), kwargs)
-        return _jit_launch(kernel, grid, args, kwargs)
-    return _launch(kernel, grid, args, kwargs, key, None, None)
+        if stream is None:
+            return _jit_launch(kernel, grid, args, kwargs)
+        with torch.cuda.stream(stream):
+            return _jit_launch(kernel, grid, args, kwargs)
+    return _launch(kernel, grid, args, kwargs, key, stream)
 
 
-def _launch(kernel, grid, args, kwargs, key, on_stream, stream):
-    """`launch`'s direct path; on_stream: None (the current stream) or a function giving
-    the handle of `stream`, the torch stream that a JIT launch (a miss) runs on."""
+def _launch(kernel, grid, args, kwargs, key, stream):
+    """`launch`'s direct path, on `stream` (a torch stream) or, when None, the current one."""
     device, current_stream = _current()
-    if on_stream is not None:
-        current_stream = on_stream
+    if stream is not None:
+        handle = stream.cuda_stream
+        current_stream = lambda device: handle  # noqa: E731
     runtime = _knobs.runtime
     if key is not None:
         keyed = (kernel, key, device, runtime.debug)
