@@ -195,7 +195,8 @@ def _launch(kernel, grid, args, kwargs, key, stream):
         if seen != full:
             raise RuntimeError(
                 f"{_name(kernel)}: launch key {key!r} stands for two specializations "
-                f"({seen[4:]} and {full[4:]}); it must determine every argument's"
+                f"({seen[4:]} and {full[4:]}); a key must determine every argument's "
+                "specialization and every keyword"
             )
     plan = _plans.get(full)
     if plan is None:
