@@ -153,9 +153,15 @@ def require_api(package, *names):
 def warm_process_caches():
     """Fill, once in asv's forkserver, the per-process caches every benchmark child would
     otherwise fill on its own (measured on the H200 by tools/dev/asv_process_cost.py, see
-    docs/perf/asv.md): Triton's hash of its own installation (about 0.5 s, taken at a
-    process's first kernel compile or cache lookup) and the symbolic-shapes modules (sympy)
-    that torch.autograd.grad imports on first use (about 3 s). Neither touches CUDA."""
+    docs/perf/asv.md). None of them touches CUDA:
+    - Triton's hash of its own installation (about 0.5 s, taken at a process's first kernel
+      compile or cache lookup);
+    - the symbolic-shapes modules (sympy) that torch.autograd.grad imports on first use
+      (about 3 s);
+    - Triton's Gluon modules, which its argument specialization imports at a process's
+      first launch, and the Triton-backed operators torch registers at CUDA's lazy
+      initialisation (together about 0.15-0.3 s per process): registered here, the lazy
+      initialisation finds them registered and skips them."""
     try:
         from triton.runtime.cache import triton_key
 
@@ -163,6 +169,17 @@ def warm_process_caches():
     except (ImportError, AttributeError):  # another Triton layout: only the saving is lost
         pass
     import torch.fx.experimental.symbolic_shapes  # noqa: F401
+
+    try:
+        import triton.experimental.gluon  # noqa: F401
+    except ImportError:  # a Triton without Gluon: nothing to import
+        pass
+    register = getattr(torch.cuda, "_register_triton_kernels", None)
+    if register is not None:
+        try:
+            register()
+        except Exception:  # a torch whose registration differs: only the saving is lost
+            pass
 
 
 warm_process_caches()

@@ -9,9 +9,10 @@ one child per (benchmark method, parameter point); each child runs `setup`, the 
 (`module.Class.method(param, ...)`, the form asv prints; default: one point of every class
 of the active suite) forks a child that runs the point under cProfile. It prints one line
 per point (wall seconds of the child: setup, method) and writes the 25 most expensive calls
-(cumulative) per point to DIR/process_cost.txt. Each point runs twice: the first child
-may compile Triton kernels into the on-disk cache, the second shows what asv's later
-processes pay.
+(cumulative) per point, and the modules the child imported that the parent had not
+(candidates for `benchmarks.common.warm_process_caches`), to DIR/process_cost.txt. Each
+point runs twice: the first child may compile Triton kernels into the on-disk cache, the
+second shows what asv's later processes pay.
 """
 
 import argparse
@@ -20,6 +21,7 @@ import cProfile
 import io
 import os
 import pstats
+import sys
 import time
 from pathlib import Path
 
@@ -46,6 +48,7 @@ def run_child(name, fh):
     import importlib
 
     module, cls, method, params = parse(name)
+    before = set(sys.modules)
     bench = getattr(importlib.import_module(f"benchmarks.{module}"), cls)()
     prof = cProfile.Profile()
     t0 = time.perf_counter()
@@ -59,7 +62,11 @@ def run_child(name, fh):
     t2 = time.perf_counter()
     text = io.StringIO()
     pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(25)
-    fh.write(f"\n### {name}: setup {t1 - t0:.2f} s, method {t2 - t1:.2f} s\n{text.getvalue()}")
+    imported = sorted(set(sys.modules) - before)
+    fh.write(
+        f"\n### {name}: setup {t1 - t0:.2f} s, method {t2 - t1:.2f} s\n"
+        f"modules the child imported ({len(imported)}): {' '.join(imported)}\n{text.getvalue()}"
+    )
     return t1 - t0, t2 - t1
 
 
