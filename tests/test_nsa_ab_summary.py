@@ -25,3 +25,14 @@ def test_summary_gives_each_sides_median_graph_and_every_process_host(tmp_path, 
     printed = capsys.readouterr().out
     assert "| 4096:recent fwd | 76.5 | 76.0 | 0.993 | 550, 630 | 265, 262 | 0.45 |" in printed
     assert "| 4096:recent bwd |" in printed
+
+
+def test_tuning_pairs_are_read_as_literals_else_strings():
+    assert gpu_nsa_ab.parse_tuning(
+        ["fix_pdl=off", "fix_tiles=64", "overlap_tile_kernel=False"]
+    ) == {
+        "fix_pdl": "off",
+        "fix_tiles": 64,
+        "overlap_tile_kernel": False,
+    }
+    assert gpu_nsa_ab.parse_tuning(None) == {}

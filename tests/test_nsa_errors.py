@@ -147,3 +147,15 @@ def test_smallest_valid_arguments_still_work():
     assert row_ptr.tolist() == [[0, 1]] and col.tolist() == [[0]]
     row_ptr, col = invert_block_idx(_random(block_size=7, S=3).long(), 7)
     assert row_ptr.shape == (2, 4) and col.shape == (2, 60) and int(row_ptr[0, -1]) > 0
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("schedule", "fastest"), ("fix_pdl", True), ("fix_pdl", "on"), ("overlap_tile_kernel", 1)],
+)
+def test_forward_tuning_refuses_unknown_values(field, value):
+    """A tuning value outside its documented set is a ValueError naming the field."""
+    from kernels.nsa.tuning import with_fields
+
+    with pytest.raises(ValueError, match=field):
+        with_fields(**{field: value})

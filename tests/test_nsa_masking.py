@@ -33,6 +33,7 @@ from kernels.nsa import (
     selection_forward_reference,
 )
 from kernels.nsa import selection_forward_triton as fwd
+from kernels.nsa import tuning as forward_tuning
 
 NAN, INF = float("nan"), float("inf")
 
@@ -183,3 +184,44 @@ def test_bf16_on_gpu(pattern, sched):
         assert (lse[fin] - rlse[fin]).abs().max() < 2e-2
         assert torch.equal(torch.isinf(lse) & clean, torch.isinf(rlse) & clean)
         assert tainted.any() and not torch.isfinite(o[tainted]).any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [1000, 4096])
+def test_fix_up_launch_modes_agree_on_gpu(T):
+    """bf16 on a GPU, seed shape, with hidden NaN and inf keys so that the fix-up kernel has
+    tiles to redo: the fix-up as an ordinary launch and as a programmatic dependent
+    (`fix_pdl`, both triggers) give the same bits, eagerly and replayed from a CUDA graph.
+    At T=1000 the forward is three launches on one stream; at 4096 (ratio 1: both paths)
+    the block-major phase runs beside the token-tile kernel."""
+    B, Hq, Hkv, D, bs, S = 1, 16, 4, 64, 64, 16
+    g = torch.Generator(device="cuda").manual_seed(11)
+    q, k, v = [
+        torch.randn(B, H, T, D, generator=g, device="cuda", dtype=torch.bfloat16)
+        for H in (Hq, Hkv, Hkv)
+    ]
+    idx = make_block_idx_random(B, Hkv, T, bs, S, "cuda", seed=3)
+    p1, p2 = [T - 1, T // 3 + 5], [T // 2 + 7]
+    k, v = at(k, p1, NAN), at(v, p2, INF)
+    tainted = seen(idx, bs, T, p1, Hq // Hkv) | seen(idx, bs, T, p2, Hq // Hkv)
+    assert tainted.any() and not tainted.all()
+    runs = {}
+    for mode in forward_tuning.FIX_PDL:
+        t = schedule("auto", ratio=1, fix_pdl=mode)
+        o, lse = fwd(q, k, v, idx, bs, return_lse=True, tuning=t)
+        # In a graph: poisoned outputs each replay, so every row must be written again.
+        fwd(q, k, v, idx, bs, return_lse=True, tuning=t)  # compiled and planned outside
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            go, glse = fwd(q, k, v, idx, bs, return_lse=True, tuning=t)
+        go.fill_(NAN)
+        glse.fill_(NAN)
+        graph.replay()
+        torch.cuda.synchronize()
+        runs[mode] = (o, lse, go, glse)
+    o, lse = runs["off"][:2]
+    assert torch.isfinite(o[~tainted]).all() and not torch.isfinite(o[tainted]).any()
+    for mode, outs in runs.items():
+        for got in (outs[:2], outs[2:]):
+            assert torch.equal(got[0], o) and torch.equal(got[1], lse), mode

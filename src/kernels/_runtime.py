@@ -34,6 +34,23 @@ def next_pow2(n):
     return 1 << (n - 1).bit_length() if n > 0 else 0
 
 
+_PDL = {}  # CUDA device index -> whether it supports programmatic dependent launch
+
+
+def pdl_supported(device):
+    """Whether kernels launched on `device` (a torch.device) may use programmatic dependent
+    launch (a launch with `launch_pdl=True` that overlaps the tail of the kernel before it,
+    and `tl.extra.cuda.gdc_wait` for that kernel's writes): compiled kernels (not the
+    interpreter) on a CUDA device of compute capability >= 9.0. Cached per device."""
+    if device.type != "cuda" or interpreter_active():
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    ok = _PDL.get(index)
+    if ok is None:
+        ok = _PDL[index] = torch.cuda.get_device_capability(index) >= (9, 0)
+    return ok
+
+
 # Kernel launches.
 #
 # `kernel[grid](*args)` runs Triton's JIT dispatch on every call: it binds the arguments to

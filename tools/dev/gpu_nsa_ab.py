@@ -1,10 +1,16 @@
 """A/B of two NSA checkouts on one GPU: bitwise outputs, graph and host time per call.
 
     PYTHONPATH=<checkout>/src:<repo> python3 -m tools.dev.gpu_nsa_ab run TAG --out DIR
-        [--points 4096:recent 32768:random ...]                 (one process per checkout)
+        [--points 4096:recent 32768:random ...] [--tuning FIELD=VALUE ...]
+                                                                (one process per checkout)
     python3 -m tools.dev.gpu_nsa_ab compare DIR TAG_A TAG_B
     python3 -m tools.dev.gpu_nsa_ab rounds --old OLD_SRC --new NEW_SRC --out DIR [--rounds 3]
-        [--points ...]     (fresh processes, old and new alternating; compare, then summary)
+        [--points ...] [--old-tuning F=V ...] [--new-tuning F=V ...]
+                           (fresh processes, old and new alternating; compare, then summary)
+
+`--tuning` passes `kernels.nsa.tuning.with_fields(FIELD=VALUE, ...)` to every call (VALUE
+read as a Python literal, else a string), so that one checkout can be compared with itself
+under two tunings (`--old` and `--new` the same src, `--old-tuning` one of them).
 
 `run` builds the seed-shape inputs of each point from a fixed seed (B=1, Hq=16, Hkv=4,
 D=64, block 64, S=16, bf16), saves the forward's o and lse and the backward's (lse given)
@@ -22,6 +28,7 @@ and prints, per call, the median graph time of each side and every process's hos
 """
 
 import argparse
+import ast
 import os
 import statistics
 import subprocess
@@ -34,7 +41,19 @@ B, HQ, HKV, D, BS, S = 1, 16, 4, 64, 64, 16
 OPS = {"fwd": 16, "bwd": 96}  # the suite's upper bounds on device operations per call
 
 
-def run(tag, out, points, device):
+def parse_tuning(pairs):
+    """['fix_pdl=off', 'fix_tiles=64'] -> {'fix_pdl': 'off', 'fix_tiles': 64}."""
+    fields = {}
+    for pair in pairs or ():
+        name, _, text = pair.partition("=")
+        try:
+            fields[name] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            fields[name] = text
+    return fields
+
+
+def run(tag, out, points, device, tuning_fields=None):
     from benchmarks import common
     from kernels.nsa import (
         make_block_idx_random,
@@ -42,6 +61,9 @@ def run(tag, out, points, device):
         selection_backward_triton,
         selection_forward_triton,
     )
+    from kernels.nsa.tuning import with_fields
+
+    tuning = with_fields(**tuning_fields) if tuning_fields else None
 
     # bf16 on a GPU; the interpreter (a CPU check of this tool) is wrong for bf16: fp16
     dtype = torch.bfloat16 if device == "cuda" else torch.float16
@@ -58,13 +80,15 @@ def run(tag, out, points, device):
             idx = make_block_idx_recent(B, HKV, T, BS, S, device=device)
         else:
             idx = make_block_idx_random(B, HKV, T, BS, S, device=device, seed=0)
-        o, lse = selection_forward_triton(q, k, v, idx, BS, return_lse=True)
-        grads = selection_backward_triton(q, k, v, idx, BS, do, o, lse)
+        o, lse = selection_forward_triton(q, k, v, idx, BS, return_lse=True, tuning=tuning)
+        grads = selection_backward_triton(q, k, v, idx, BS, do, o, lse, tuning=tuning)
         for name, x in zip(("o", "lse", "dq", "dk", "dv"), (o, lse, *grads), strict=True):
             saved[f"{point} {name}"] = x.cpu()
         fns = {
-            "fwd": lambda: selection_forward_triton(q, k, v, idx, BS, return_lse=True),
-            "bwd": lambda: selection_backward_triton(q, k, v, idx, BS, do, o, lse),
+            "fwd": lambda: selection_forward_triton(
+                q, k, v, idx, BS, return_lse=True, tuning=tuning
+            ),
+            "bwd": lambda: selection_backward_triton(q, k, v, idx, BS, do, o, lse, tuning=tuning),
         }
         for call, fn in fns.items():
             graph = statistics.median(common.per_call_seconds([fn], 10)) * 1e6
@@ -116,15 +140,17 @@ def summary(out, sides=("old", "new")):
     return rows
 
 
-def rounds(old_src, new_src, out, n, points, device):
+def rounds(old_src, new_src, out, n, points, device, tunings=(None, None)):
     """`run` in 2 * n fresh processes, old and new alternating, each with its checkout's
     src first on PYTHONPATH; then `compare` of the first pair and `summary`."""
     repo = Path(__file__).resolve().parents[2]
     for i in range(1, n + 1):
-        for side, src in (("old", old_src), ("new", new_src)):
+        for side, src, tuning in (("old", old_src, tunings[0]), ("new", new_src, tunings[1])):
             env = dict(os.environ, PYTHONPATH=f"{Path(src).resolve()}{os.pathsep}{repo}")
             cmd = [sys.executable, "-m", "tools.dev.gpu_nsa_ab", "run", f"{side}{i}",
                    "--out", str(out), "--device", device, "--points", *points]  # fmt: skip
+            if tuning:
+                cmd += ["--tuning", *tuning]
             subprocess.run(cmd, env=env, cwd=repo, check=True)
     compare(out, "old1", "new1")
     print()
@@ -139,6 +165,7 @@ def main():
     r.add_argument("--out", required=True)
     r.add_argument("--points", nargs="+", default=["4096:recent", "4096:random", "32768:random"])
     r.add_argument("--device", default="cuda", help="cpu: the interpreter, small points only")
+    r.add_argument("--tuning", nargs="*", help="FIELD=VALUE: kernels.nsa.tuning.with_fields")
     r2 = sub.add_parser("rounds")
     r2.add_argument("--old", required=True, help="the old checkout's src directory")
     r2.add_argument("--new", required=True, help="the new checkout's src directory")
@@ -146,15 +173,20 @@ def main():
     r2.add_argument("--rounds", type=int, default=3)
     r2.add_argument("--points", nargs="+", default=["4096:recent", "4096:random", "32768:random"])
     r2.add_argument("--device", default="cuda")
+    r2.add_argument("--old-tuning", nargs="*", help="FIELD=VALUE for the old side's calls")
+    r2.add_argument("--new-tuning", nargs="*", help="FIELD=VALUE for the new side's calls")
     c = sub.add_parser("compare")
     c.add_argument("out")
     c.add_argument("tag_a")
     c.add_argument("tag_b")
     args = ap.parse_args()
     if args.cmd == "run":
-        run(args.tag, args.out, args.points, args.device)
+        run(args.tag, args.out, args.points, args.device, parse_tuning(args.tuning))
     elif args.cmd == "rounds":
-        rounds(args.old, args.new, args.out, args.rounds, args.points, args.device)
+        rounds(
+            args.old, args.new, args.out, args.rounds, args.points, args.device,
+            (args.old_tuning, args.new_tuning),
+        )  # fmt: skip
     else:
         compare(args.out, args.tag_a, args.tag_b)
 

@@ -218,11 +218,15 @@ def _sel_fwd_kernel(
     T, NB, Hq, G, qk_scale, MIN_BLOCKS,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
-    FOR_LOOP: tl.constexpr, SKIP_BLOCK_TILES: tl.constexpr,
+    FOR_LOOP: tl.constexpr, SKIP_BLOCK_TILES: tl.constexpr, TRIGGER: tl.constexpr,
 ):  # fmt: skip
     """One token tile (see the module doc). SKIP_BLOCK_TILES: return at once when the tile's
     distinct block count COUNT exceeds MIN_BLOCKS (the block-major path owns its rows).
-    FLAG[bh, tile] (zero-filled) is set to 1 when a real row ended non-finite."""
+    FLAG[bh, tile] (zero-filled) is set to 1 when a real row ended non-finite. TRIGGER: let
+    a programmatic dependent (the fix-up kernel, `fix_pdl`) launch from this program's
+    start: it waits for this kernel's writes before it reads any."""
+    if TRIGGER:
+        tl.extra.cuda.gdc_launch_dependents()
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)  # b * Hkv + kv head
     o_tile = i_bh.to(tl.int64) * tl.num_programs(0) + pid_t
@@ -242,11 +246,15 @@ def _sel_fwd_fix_kernel(
     T, NB, Hq, G, qk_scale, N_TILES,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
-    FOR_LOOP: tl.constexpr, FIX: tl.constexpr,
+    FOR_LOOP: tl.constexpr, FIX: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """Tiles pid * FIX .. pid * FIX + FIX - 1 of one (b, kv head): each flagged one (FLAG,
     from either path) is redone on the token-tile path with SAFE products. One vector load
-    of the flags when none is set (clean inputs)."""
+    of the flags when none is set (clean inputs). PDL: launched as a programmatic dependent
+    (`fix_pdl`), so first wait until the kernels before it have finished and their writes
+    (flags, o, lse) are visible."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
     pid = tl.program_id(0)
     i_bh = tl.program_id(1)
     p_flag = FLAG + i_bh.to(tl.int64) * N_TILES
@@ -374,6 +382,8 @@ def selection_forward_triton(
     )  # fmt: skip
     qk_scale = dims.scale * LOG2E
     for_loop = use_for_loop()
+    # The fix-up as a programmatic dependent (`fix_pdl`): compiled kernels on Hopper and later.
+    pdl = ft.fix_pdl != "off" and for_loop and _runtime.pdl_supported(q.device)
     if side is not None:
         fork, join = _fork_join_events(q.device)
         fork.record()  # on the current stream, after the tile lists and counts
@@ -383,7 +393,7 @@ def selection_forward_triton(
         dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,
         S=dims.S, D=dims.D, BS=block_size, S_PAD=_runtime.next_pow2(dims.S),
         BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=for_loop,
-        SKIP_BLOCK_TILES=hist is not None,
+        SKIP_BLOCK_TILES=hist is not None, TRIGGER=pdl and ft.fix_pdl == "early",
         direct=tuning.direct_launch, key=key, stream=side, num_warps=ft.num_warps,
         num_stages=forward_stages(block_t, tuning),
     )  # fmt: skip
@@ -404,6 +414,7 @@ def selection_forward_triton(
         dims.T, dims.NB, dims.Hq, dims.G, qk_scale, grid[0],
         S=dims.S, D=dims.D, BS=block_size, S_PAD=_runtime.next_pow2(dims.S),
         BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=for_loop, FIX=ft.fix_tiles,
+        PDL=pdl, launch_pdl=pdl,
         direct=tuning.direct_launch, key=key, num_warps=ft.num_warps, num_stages=1,
     )  # fmt: skip
     return (o, lse) if return_lse else o
