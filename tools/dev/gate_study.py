@@ -115,7 +115,7 @@ for _ in range(EXTRA):
 NSA_HUNKS = (
     Hunk("T, NB, Hq, G, qk_scale, MIN_BLOCKS,", "gate_never,"),
     Hunk(
-        "FOR_LOOP: tl.constexpr, SKIP_BLOCK_TILES: tl.constexpr,",
+        "FOR_LOOP: tl.constexpr, SKIP_BLOCK_TILES: tl.constexpr, TRIGGER: tl.constexpr,",
         "EXTRA: tl.constexpr,",
     ),
     Hunk(

@@ -383,7 +383,7 @@ def selection_forward_triton(
     qk_scale = dims.scale * LOG2E
     for_loop = use_for_loop()
     # The fix-up as a programmatic dependent (`fix_pdl`): compiled kernels on Hopper and later.
-    pdl = ft.fix_pdl != "off" and for_loop and _runtime.pdl_supported(q.device)
+    pdl = ft.fix_pdl and for_loop and _runtime.pdl_supported(q.device)
     if side is not None:
         fork, join = _fork_join_events(q.device)
         fork.record()  # on the current stream, after the tile lists and counts
@@ -393,7 +393,7 @@ def selection_forward_triton(
         dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,
         S=dims.S, D=dims.D, BS=block_size, S_PAD=_runtime.next_pow2(dims.S),
         BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=for_loop,
-        SKIP_BLOCK_TILES=hist is not None, TRIGGER=pdl and ft.fix_pdl == "early",
+        SKIP_BLOCK_TILES=hist is not None, TRIGGER=pdl,
         direct=tuning.direct_launch, key=key, stream=side, num_warps=ft.num_warps,
         num_stages=forward_stages(block_t, tuning),
     )  # fmt: skip

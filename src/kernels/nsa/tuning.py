@@ -16,7 +16,6 @@ import dataclasses
 from dataclasses import dataclass, field
 
 SCHEDULES = ("auto", "tile", "blocks")
-FIX_PDL = ("off", "wait", "early")
 
 
 @dataclass(frozen=True)
@@ -43,22 +42,19 @@ class ForwardTuning:
     tile_list_warps: int = 1
     # Tiles per fix-up program (a power of two): clean inputs cost one vector load a program
     fix_tiles: int = 128
-    # How the fix-up kernel follows the kernels before it, on GPUs with programmatic
-    # dependent launch (compute capability >= 9.0; elsewhere always "off"): "off", an
-    # ordinary launch; "wait", launched as a programmatic dependent, so its launch overlaps
-    # the tail of the token-tile kernel and it waits for that kernel's writes on the device;
-    # "early", as "wait", with the token-tile kernel letting it launch from its start
-    fix_pdl: str = "early"
+    # The fix-up kernel as a programmatic dependent of the token-tile kernel, on GPUs with
+    # programmatic dependent launch (compute capability >= 9.0; elsewhere an ordinary
+    # launch): the tile kernel lets it launch from its start, so its launch and the check of
+    # its flags' placement overlap the tile kernel, and it waits on the device for the
+    # writes of the kernels before it
+    fix_pdl: bool = True
 
     def __post_init__(self):
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        if self.fix_pdl not in FIX_PDL:
-            raise ValueError(f"fix_pdl must be one of {FIX_PDL}, got {self.fix_pdl!r}")
-        if not isinstance(self.overlap_tile_kernel, bool):
-            raise ValueError(
-                f"overlap_tile_kernel must be a bool, got {self.overlap_tile_kernel!r}"
-            )
+        for name in ("overlap_tile_kernel", "fix_pdl"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
 
 @dataclass(frozen=True)
