@@ -28,9 +28,7 @@ def test_summary_gives_each_sides_median_graph_and_every_process_host(tmp_path, 
 
 
 def test_tuning_pairs_are_read_as_literals_else_strings():
-    assert gpu_nsa_ab.parse_tuning(
-        ["fix_pdl=False", "fix_tiles=64", "schedule=tile"]
-    ) == {
+    assert gpu_nsa_ab.parse_tuning(["fix_pdl=False", "fix_tiles=64", "schedule=tile"]) == {
         "fix_pdl": False,
         "fix_tiles": 64,
         "schedule": "tile",

@@ -33,6 +33,7 @@ from kernels.nsa import (
     selection_forward_reference,
 )
 from kernels.nsa import selection_forward_triton as fwd
+
 NAN, INF = float("nan"), float("inf")
 
 # B, Hq, Hkv, T, D, bs, S, pattern, P1, P2: two sets of poisoned key positions.
@@ -221,5 +222,5 @@ def test_fix_up_launch_modes_agree_on_gpu(T):
     o, lse = runs[False][:2]
     assert torch.isfinite(o[~tainted]).all() and not torch.isfinite(o[tainted]).any()
     for mode, outs in runs.items():
-        for got, want in zip(outs, (o, lse, o, lse)):
+        for got, want in zip(outs, (o, lse, o, lse), strict=True):
             torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True, msg=str(mode))
