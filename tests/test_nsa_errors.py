@@ -151,7 +151,13 @@ def test_smallest_valid_arguments_still_work():
 
 @pytest.mark.parametrize(
     "field, value",
-    [("schedule", "fastest"), ("fix_pdl", "on"), ("fix_pdl", 1), ("overlap_tile_kernel", 1)],
+    [
+        ("schedule", "fastest"),
+        ("fix_pdl", "on"),
+        ("fix_pdl", 1),
+        ("overlap_tile_kernel", 1),
+        ("chain_pdl", "yes"),
+    ],
 )
 def test_forward_tuning_refuses_unknown_values(field, value):
     """A tuning value outside its documented set is a ValueError naming the field."""

@@ -187,10 +187,11 @@ def test_bf16_on_gpu(pattern, sched):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("T", [1000, 4096])
-def test_fix_up_launch_modes_agree_on_gpu(T):
+def test_pdl_launch_modes_agree_on_gpu(T):
     """bf16 on a GPU, seed shape, with hidden NaN and inf keys so that the fix-up kernel has
-    tiles to redo: the fix-up as an ordinary launch and as a programmatic dependent
-    (`fix_pdl`) give the same bits, eagerly and replayed from a CUDA graph (NaN where NaN).
+    tiles to redo: the fix-up (`fix_pdl`) and the block-major chain (`chain_pdl`) as
+    ordinary launches and as programmatic dependents give the same bits, eagerly and
+    replayed from a CUDA graph (NaN where NaN).
     At T=1000 the forward is three launches on one stream; at 4096 (ratio 1: both paths)
     the block-major phase runs beside the token-tile kernel."""
     B, Hq, Hkv, D, bs, S = 1, 16, 4, 64, 64, 16
@@ -205,8 +206,8 @@ def test_fix_up_launch_modes_agree_on_gpu(T):
     tainted = seen(idx, bs, T, p1, Hq // Hkv) | seen(idx, bs, T, p2, Hq // Hkv)
     assert tainted.any() and not tainted.all()
     runs = {}
-    for mode in (False, True):
-        t = schedule("auto", ratio=1, fix_pdl=mode)
+    for mode in ((False, False), (True, False), (True, True)):
+        t = schedule("auto", ratio=1, fix_pdl=mode[0], chain_pdl=mode[1])
         o, lse = fwd(q, k, v, idx, bs, return_lse=True, tuning=t)
         # In a graph: poisoned outputs each replay, so every row must be written again.
         fwd(q, k, v, idx, bs, return_lse=True, tuning=t)  # compiled and planned outside
@@ -219,7 +220,7 @@ def test_fix_up_launch_modes_agree_on_gpu(T):
         graph.replay()
         torch.cuda.synchronize()
         runs[mode] = (o, lse, go, glse)
-    o, lse = runs[False][:2]
+    o, lse = runs[False, False][:2]
     assert torch.isfinite(o[~tainted]).all() and not torch.isfinite(o[tainted]).any()
     for mode, outs in runs.items():
         for got, want in zip(outs, (o, lse, o, lse), strict=True):

@@ -35,6 +35,7 @@ def main():
 
     triton.runtime.driver.set_active(_Sm90Driver())
     import kernels.nsa as nsa  # noqa: I001  (compiled kernels: no interpreter at import)
+    import kernels._runtime as runtime_mod
     import kernels.nsa._checks as checks_mod
     import kernels.nsa.backward as bwd_mod
     import kernels.nsa.block_major as blk_mod
@@ -46,6 +47,9 @@ def main():
     # CPU tensors stand in for CUDA ones: the wrappers' device check is the only place that
     # minds (the interpreter stays off, so every launch takes its compiled-kernel settings).
     checks_mod._devices = lambda named: None
+    # ... and as an sm_90 device, so the launches that are programmatic dependents there
+    # (`fix_pdl`, `chain_pdl`) compile with their waits and triggers.
+    runtime_mod.pdl_supported = lambda device: True
     compiled = []
     for mod in (tiles_mod, fwd_mod, blk_mod, bwd_mod, inv_mod):
         for name, obj in list(vars(mod).items()):

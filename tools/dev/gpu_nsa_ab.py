@@ -42,7 +42,7 @@ OPS = {"fwd": 16, "bwd": 96}  # the suite's upper bounds on device operations pe
 
 
 def parse_tuning(pairs):
-    """['fix_pdl=off', 'fix_tiles=64'] -> {'fix_pdl': 'off', 'fix_tiles': 64}."""
+    """['fix_pdl=False', 'schedule=tile'] -> {'fix_pdl': False, 'schedule': 'tile'}."""
     fields = {}
     for pair in pairs or ():
         name, _, text = pair.partition("=")

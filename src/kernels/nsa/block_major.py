@@ -108,12 +108,15 @@ def _prefix_kernel(HIST, ROW_PTR, NL, CHUNK: tl.constexpr, PB: tl.constexpr):
 def _fill_kernel(
     IDX, COUNT, HIST, ROW_PTR, COL, CODE, PART_L, T, NB, NW, TPW, L, NC, MIN_BLOCKS, G,
     S: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, L_PAD: tl.constexpr,
-    CHUNK: tl.constexpr, KEY64: tl.constexpr, BLOCK_G: tl.constexpr,
+    CHUNK: tl.constexpr, KEY64: tl.constexpr, BLOCK_G: tl.constexpr, WAIT: tl.constexpr,
 ):  # fmt: skip
     """Place the kept slots of one block-handled tile in their blocks' lists, and mark its
     dropped slots' PART_L -inf (step 3). A slot that repeats its row's block (an earlier
     slot of the same token kept it) is placed as -2 - slot, which the partial kernel reads
-    as "mark this slot's PART_L -inf": the block counts once per row."""
+    as "mark this slot's PART_L -inf": the block counts once per row. WAIT: launched as a
+    programmatic dependent (`chain_pdl`): first wait for the prefix kernel's writes."""
+    if WAIT:
+        tl.extra.cuda.gdc_wait()
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)
     if tl.load(COUNT + i_bh.to(tl.int64) * tl.num_programs(0) + pid_t) > MIN_BLOCKS:
@@ -303,12 +306,16 @@ def _partial_kernel(
     BLOCK_G: tl.constexpr, BLOCK_T: tl.constexpr, PREC: tl.constexpr,
     SCALE_POS: tl.constexpr, STAGES: tl.constexpr, PIPELINED: tl.constexpr,
     OFF64: tl.constexpr, EVEN_G: tl.constexpr, FAST: tl.constexpr, EVICT: tl.constexpr,
+    WAIT: tl.constexpr,
 ):  # fmt: skip
     """Chunks pid, pid + num_programs, ... of the lists of one (b, kv head) (step 4).
     PIPELINED: a `tl.range` loop that Triton software-pipelines over STAGES; otherwise
     (the interpreter, which cannot run `tl.range` over a loaded bound) a `while` loop over
     the same chunks. Each iteration reads the next chunk's list places and code before it
-    computes its own, so the next chunk's gathers need not wait for them."""
+    computes its own, so the next chunk's gathers need not wait for them. WAIT: launched
+    as a programmatic dependent (`chain_pdl`): first wait for the fill kernel's writes."""
+    if WAIT:
+        tl.extra.cuda.gdc_wait()
     pid = tl.program_id(0)
     i_bh = tl.program_id(1)
     n_prog = tl.num_programs(0)
@@ -390,14 +397,17 @@ def _combine_tile(
 def _combine_kernel(
     COUNT, PART_O, PART_L, O, LSE, T, Hq, G, MIN_BLOCKS, N_TILES,
     S: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr,
-    WALK: tl.constexpr,
+    WALK: tl.constexpr, WAIT: tl.constexpr,
 ):  # fmt: skip
     """Tiles pid, pid + num_programs, ... of one (b, kv head): the block-handled ones are
     combined, the others skipped (persistent programs: on the 'recent' pattern no tile is
     block-handled, and a few programs reading the counts cost less than one per tile).
     The next tile's count is read before this tile is combined, so the branch on it does
     not wait for memory. WALK: a power of two >= the tiles of one program, or 0: no
-    pre-check."""
+    pre-check. WAIT: launched as a programmatic dependent (`chain_pdl`): first wait for
+    the partial kernel's writes."""
+    if WAIT:
+        tl.extra.cuda.gdc_wait()
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)
     n_prog = tl.num_programs(0)
@@ -471,7 +481,7 @@ def list_scratch(dims, block_t, element_size, device, tuning=None):
 
 def block_lists(
     block_idx, counts, hist, min_blocks, block_size, block_t, chunk, part_l, tuning=None,
-    col=None, code=None, key=None,
+    col=None, code=None, key=None, pdl=False,
 ):  # fmt: skip
     """Per (b, kv head, window, key block), the kept slots of the window's block-handled
     tiles that chose the block.
@@ -491,6 +501,8 @@ def block_lists(
         col, code: buffers for the results, filled with -1 (`list_scratch`); None:
             allocated here.
         key: the calling wrapper's launch key (`_runtime.launch`), or None.
+        pdl: launch the fill kernel as a programmatic dependent of the prefix kernel
+            (`chain_pdl`; only where `_runtime.pdl_supported`).
     Returns:
         row_ptr: int32 [B * Hkv, NL + 1] (NL = NW * NB lists, list w * NB + j for block j
             in window w), multiples of chunk; list l's places of row bh are
@@ -527,7 +539,8 @@ def block_lists(
         window_tiles(counts.shape[1], NW), L, code.shape[1], min_blocks, G,
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=_runtime.next_pow2(block_t * S),
         CHUNK=chunk, KEY64=(NB + 1) * _runtime.next_pow2(block_t * S) > t.fill_key32_max,
-        BLOCK_G=_runtime.next_pow2(G), direct=direct, key=key, num_warps=t.fill_warps,
+        BLOCK_G=_runtime.next_pow2(G), WAIT=pdl, launch_pdl=pdl,
+        direct=direct, key=key, num_warps=t.fill_warps,
     )  # fmt: skip
     return row_ptr, col, code
 
@@ -559,16 +572,18 @@ def block_major_forward(
     chunk = chunk_entries(dims.G, q.element_size(), tuning)
     part_o = _checks.new_empty((BH, dims.T, dims.S, dims.G, dims.D), q.dtype, q.device)
     part_l = _checks.new_empty((BH, dims.T, dims.S, dims.G), torch.float32, q.device)
+    if interpreted is None:
+        interpreted = _runtime.interpreter_active()
+    # The chain fill -> partial -> combine as programmatic dependents (`chain_pdl`).
+    pdl = t.chain_pdl and not interpreted and _runtime.pdl_supported(q.device)
     row_ptr, col, code = block_lists(
         block_idx, counts, hist, min_blocks, dims.block_size, block_t, chunk, part_l, tuning,
-        col=col, code=code, key=key,
+        col=col, code=code, key=key, pdl=pdl,
     )  # fmt: skip
     n_lists = row_ptr.shape[1] - 1
     n_chunks = _runtime.cdiv(dims.T * dims.S, chunk) + n_lists  # the most any row can have
     if t.partial_waves is not None:
         n_chunks = min(n_chunks, _runtime.cdiv(t.partial_waves * _multiprocessors(q.device), BH))
-    if interpreted is None:
-        interpreted = _runtime.interpreter_active()
     _runtime.launch(
         _partial_kernel, (n_chunks, BH),
         q, k, v, row_ptr, col, code, part_o, part_l, flags, dims.T, n_lists, dims.Hq, dims.G,
@@ -579,7 +594,7 @@ def block_major_forward(
         PIPELINED=not interpreted,
         OFF64=dims.T * dims.S * block_g * dims.D > t.partial_off32_max, EVEN_G=dims.G == block_g,
         FAST=t.partial_fast_math and not interpreted,
-        EVICT=t.partial_store_evict,
+        EVICT=t.partial_store_evict, WAIT=pdl, launch_pdl=pdl,
         direct=direct, key=key, num_warps=t.partial_warps,
     )  # fmt: skip
     n_tiles = counts.shape[1]
@@ -591,6 +606,6 @@ def block_major_forward(
         _combine_kernel, (n_comb, BH),
         counts, part_o, part_l, o, lse, dims.T, dims.Hq, dims.G, min_blocks, n_tiles,
         S=dims.S, D=dims.D, BLOCK_T=block_t, BLOCK_G=block_g,
-        WALK=walk if walk <= t.combine_precheck_tiles else 0,
+        WALK=walk if walk <= t.combine_precheck_tiles else 0, WAIT=pdl, launch_pdl=pdl,
         direct=direct, key=key, num_warps=t.combine_warps,
     )  # fmt: skip

@@ -90,6 +90,14 @@ class BlockMajorTuning:
     partial_fast_math: bool = True
     # Eviction policy of the partial-o stores: read once by the combine, L2 left to q
     partial_store_evict: str = "evict_first"
+    # The fill, partial and combine kernels as programmatic dependents of the kernel before
+    # each (compute capability >= 9.0; elsewhere ordinary launches): each one's launch
+    # overlaps the end of the one before, and it waits on the device for that one's writes
+    chain_pdl: bool = True
+
+    def __post_init__(self):
+        if not isinstance(self.chain_pdl, bool):
+            raise ValueError(f"chain_pdl must be a bool, got {self.chain_pdl!r}")
 
 
 @dataclass(frozen=True)
