@@ -188,12 +188,17 @@ def test_bf16_on_gpu(pattern, sched):
 @pytest.mark.gpu
 @pytest.mark.parametrize("T", [1000, 4096])
 def test_pdl_launch_modes_agree_on_gpu(T):
-    """bf16 on a GPU, seed shape, with hidden NaN and inf keys so that the fix-up kernel has
-    tiles to redo: the fix-up (`fix_pdl`) and the block-major chain (`chain_pdl`) as
-    ordinary launches and as programmatic dependents give the same bits, eagerly and
-    replayed from a CUDA graph (NaN where NaN).
-    At T=1000 the forward is three launches on one stream; at 4096 (ratio 1: both paths)
-    the block-major phase runs beside the token-tile kernel."""
+    """bf16 on a GPU, seed shape: the fix-up (`fix_pdl`) and the block-major chain
+    (`chain_pdl`) as ordinary launches and as programmatic dependents, eagerly and replayed
+    from a CUDA graph (outputs poisoned before each replay, so every row must be written
+    again). At T=1000 the forward is three launches on one stream; at 4096 (ratio 1: both
+    paths) the block-major phase runs beside the token-tile kernel.
+
+    Clean inputs: the same bits in every mode. Hidden NaN and inf keys (so the fix-up has
+    tiles to redo): rows that see them are non-finite, the others match the fp32 reference
+    on clean inputs. Not bit for bit there: a block-handled tile is redone on the token-tile
+    path when a partial over a chunk that takes the causal mask ends non-finite, and which
+    chunk a list entry lands in follows the order of the fill kernel's atomics."""
     B, Hq, Hkv, D, bs, S = 1, 16, 4, 64, 64, 16
     g = torch.Generator(device="cuda").manual_seed(11)
     q, k, v = [
@@ -201,16 +206,14 @@ def test_pdl_launch_modes_agree_on_gpu(T):
         for H in (Hq, Hkv, Hkv)
     ]
     idx = make_block_idx_random(B, Hkv, T, bs, S, "cuda", seed=3)
+    ro, rlse = selection_forward_reference(q.float(), k.float(), v.float(), idx, bs, None, True)
     p1, p2 = [T - 1, T // 3 + 5], [T // 2 + 7]
-    k, v = at(k, p1, NAN), at(v, p2, INF)
+    kx, vx = at(k, p1, NAN), at(v, p2, INF)
     tainted = seen(idx, bs, T, p1, Hq // Hkv) | seen(idx, bs, T, p2, Hq // Hkv)
     assert tainted.any() and not tainted.all()
-    runs = {}
-    for mode in ((False, False), (True, False), (True, True)):
-        t = schedule("auto", ratio=1, fix_pdl=mode[0], chain_pdl=mode[1])
+
+    def eager_and_graph(t, k, v):
         o, lse = fwd(q, k, v, idx, bs, return_lse=True, tuning=t)
-        # In a graph: poisoned outputs each replay, so every row must be written again.
-        fwd(q, k, v, idx, bs, return_lse=True, tuning=t)  # compiled and planned outside
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
@@ -219,9 +222,18 @@ def test_pdl_launch_modes_agree_on_gpu(T):
         glse.fill_(NAN)
         graph.replay()
         torch.cuda.synchronize()
-        runs[mode] = (o, lse, go, glse)
-    o, lse = runs[False, False][:2]
-    assert torch.isfinite(o[~tainted]).all() and not torch.isfinite(o[tainted]).any()
-    for mode, outs in runs.items():
-        for got, want in zip(outs, (o, lse, o, lse), strict=True):
-            torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True, msg=str(mode))
+        return (o, lse), (go, glse)
+
+    first = None
+    for mode in ((False, False), (True, False), (True, True)):
+        t = schedule("auto", ratio=1, fix_pdl=mode[0], chain_pdl=mode[1])
+        for o, lse in eager_and_graph(t, k, v):
+            first = first or (o, lse)
+            assert torch.equal(o, first[0]) and torch.equal(lse, first[1]), mode
+        for o, lse in eager_and_graph(t, kx, vx):
+            assert not torch.isfinite(o[tainted]).any(), mode
+            assert torch.isfinite(o[~tainted]).all(), mode
+            assert rel_err(o[~tainted], ro[~tainted]) < 1e-2, mode
+            fin = ~tainted & torch.isfinite(rlse)
+            assert (lse[fin] - rlse[fin]).abs().max() < 2e-2, mode
+            assert torch.equal(torch.isinf(lse) & ~tainted, torch.isinf(rlse) & ~tainted), mode
