@@ -227,6 +227,65 @@ def free_memory():
         torch.cuda.empty_cache()
 
 
+def run_checks(checks):
+    """Run correctness checks once, for a class's asv `setup_cache`: `checks` maps a key
+    (the parameters a check depends on) to a zero-argument callable that raises when the
+    kernel is wrong. Returns {key: None (passed) or (kind, message)}, kind "skip"
+    (NotImplementedError), "oom" (out of memory) or "failed" (any other error).
+
+    asv runs a class's `setup_cache` once per commit and environment, in a process of its
+    own, and hands the result to every point's `setup`, which re-raises its key's outcome
+    (`raise_check`). A check depends on fewer parameters than a point (NSA's runs at a fixed
+    small seq_len, KDA's at a fixed small batch), so running it in every point's process
+    repeated the same work; a wrong kernel still fails every point that uses it."""
+    out = {}
+    for key, check in checks.items():
+        try:
+            check()
+            out[key] = None
+        except NotImplementedError as e:
+            out[key] = ("skip", str(e))
+        except OOM_ERRORS as e:
+            out[key] = ("oom", str(e))
+        except Exception as e:  # a failed check: the point's setup raises it
+            out[key] = ("failed", f"{type(e).__name__}: {e}")
+        free_memory()
+    return out
+
+
+def set_up(bench, *params, cache=None):
+    """Set a benchmark instance up outside asv (tools, tests) as asv would: with a
+    `setup_cache` on its class, `bench.setup(cache, *params)` where `cache` is that
+    setup_cache's result (computed here when None; pass one to share it between points),
+    else `bench.setup(*params)`. Returns the cache (None without one)."""
+    if hasattr(bench, "setup_cache"):
+        if cache is None:
+            cache = bench.setup_cache()
+        bench.setup(cache, *params)
+        return cache
+    bench.setup(*params)
+    return None
+
+
+class CheckFailed(AssertionError):
+    """A correctness check failed in `setup_cache` (`run_checks`); raised by the setup of
+    every point that depends on it."""
+
+
+def raise_check(outcome):
+    """Re-raise, in a point's setup, its check's outcome from `run_checks`: nothing when it
+    passed; NotImplementedError (asv: skipped), an out-of-memory error (n/a, through
+    `setup_oom_as_nan`) or CheckFailed (the point fails) as the check did."""
+    if outcome is None:
+        return
+    kind, message = outcome
+    if kind == "skip":
+        raise NotImplementedError(message)
+    if kind == "oom":
+        raise torch.OutOfMemoryError(f"in the correctness check: {message}")
+    raise CheckFailed(f"correctness check: {message}")
+
+
 def benchmark_name(obj, method_name):
     """asv's name of a benchmark method: `module.Class.method`, the module relative to the
     suite's package (`benchmarks.nsa` -> `nsa`)."""

@@ -14,15 +14,18 @@ the H200 (B = 1: 7.1 us per call in graphs of 10, 5.8 in graphs of 40, 5.7 in on
 docs/perf/kda.md, v13), a cost of graph launches, not of the kernels, and a
 decode step's graph holds every layer's call anyway.
 
-Before timing, each process checks its mode's output against the PyTorch reference on a
-small batch and, for ring modes, that fused+ring and unfused+ring fill the ring with the
-same bytes (torch.equal); a mismatch raises.
+Before timing, the mode's output is checked against the PyTorch reference on a small batch
+and, for ring modes, fused+ring and unfused+ring must fill the ring with the same bytes
+(torch.equal): `KdaVerify` runs each (mode, gate, heads) check once per commit in asv's
+`setup_cache` and every point that depends on a failed one fails in setup; `KdaBlockV`,
+whose checks depend on its tile, checks in each process.
 
 The bandwidth figure (`verify_bytes` per call over the cold time, % of the copy rate) is not
 timed here: tools/report.py derives it from the stored `track_time_cold` values and the
 stored `ceilings.CopyRate` ceiling of the same commit (docs/benchmarks.md, "Derived figures").
 """
 
+import functools
 import math
 
 import torch
@@ -40,7 +43,9 @@ from .common import (
     metric,
     peak_bytes,
     per_call_seconds,
+    raise_check,
     require_api,
+    run_checks,
     setup_oom_as_nan,
     timing_result,
 )
@@ -125,14 +130,41 @@ class _Verify(DeviceBenchmark):
     )
     tuning = None  # a kernels.kda.tuning.KdaTuning for every call (None: the package default)
 
-    @setup_oom_as_nan  # an out-of-memory error anywhere here, checks included, records n/a
-    def setup_case(self, batch, mode, gate, heads):
-        self.open_device()
+    def check_case(self, mode, gate, heads):
+        """The correctness checks of one (mode, gate, heads), at their own small batches."""
         H, HV = parse_heads(heads)
-        self.case = (batch, H, HV, mode, GATES[gate])
         check_against_reference(self.api, mode, H, HV, GATES[gate], self.tuning)
         if cases.is_ring(mode):
             check_ring_bitwise(self.api, H, HV, GATES[gate], self.tuning)
+
+    def checks(self):
+        """Every (mode, gate, heads) of the class's grid checked once (`run_checks`), for its
+        `setup_cache`; {} where the commit lacks the API or there is no device (every
+        point's setup skips then)."""
+        try:
+            self.open_device()
+        except NotImplementedError:
+            return {}
+        _, modes, gates, heads = self.params
+        return run_checks(
+            {
+                (m, g, h): functools.partial(self.check_case, m, g, h)
+                for m in modes
+                for g in gates
+                for h in heads
+            }
+        )
+
+    @setup_oom_as_nan  # an out-of-memory error anywhere here, checks included, records n/a
+    def setup_case(self, batch, mode, gate, heads, checks=None):
+        """`checks`: the outcomes from `checks` (setup_cache), or None: check here."""
+        self.open_device()
+        H, HV = parse_heads(heads)
+        self.case = (batch, H, HV, mode, GATES[gate])
+        if checks is None:
+            self.check_case(mode, gate, heads)
+        else:
+            raise_check(checks[mode, gate, heads])
         self.fn = self.call(seed=0)
 
     def call(self, seed):
@@ -195,8 +227,11 @@ class KdaVerify(_Timed):
     ]
     param_names = ["batch", "mode", "gate", "heads"]
 
-    def setup(self, batch, mode, gate, heads):
-        self.setup_case(batch, mode, gate, heads)
+    def setup_cache(self):
+        return self.checks()
+
+    def setup(self, checks, batch, mode, gate, heads):
+        self.setup_case(batch, mode, gate, heads, checks)
 
     if FULL_SUITE:  # nightly sweep and smoke mode only (common.FULL_SUITE)
         # The verify kernels allocate only their outputs, so this figure follows the buffers

@@ -1,8 +1,10 @@
 """NSA selection attention: the Triton kernels against the dense O(T^2) reference.
 
 Axes: seq_len, impl (triton | reference), preset (head layout), pattern (block_idx).
-Every process checks the Triton kernel against the reference on a small shape of the same
-preset and pattern before it reports anything, so a wrong kernel never posts a fast number.
+Each class checks the Triton kernel against the reference on a small shape of every preset
+and pattern of its grid once per commit (asv's `setup_cache`), and a point whose preset and
+pattern failed fails in setup, before it reports anything: a wrong kernel never posts a fast
+number.
 The reference's out-of-memory errors are data: those points record NaN (n/a) and the OOM
 ceiling reads off the site as the first seq_len where the reference has no value.
 
@@ -26,6 +28,7 @@ from the stored `track_time` values and the stored `ceilings.Matmul` ceiling of 
 commit (docs/benchmarks.md, "Derived figures").
 """
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -46,7 +49,9 @@ from .common import (
     metric,
     peak_bytes,
     per_call_seconds,
+    raise_check,
     randn,
+    run_checks,
     setup_oom_as_nan,
     synchronize,
     timing_result,
@@ -176,7 +181,9 @@ class _Selection(DeviceBenchmark):
     """Shared parameters, set-up and inputs of the NSA classes (no figures of its own).
 
     A subclass gives `check(x)`, `call(x)` (a zero-argument callable running the timed call
-    on input set `x`), `prepare()`, `peak_fn()` and, for the graph figure, `timed_fn()`.
+    on input set `x`), `prepare()`, `peak_fn()` and, for the graph figure, `timed_fn()`, and
+    a `setup_cache` of its own that returns `self.checks()`: asv keys a setup_cache by its
+    module and source line, so one defined here would be shared by every subclass.
     """
 
     params = [SEQ_LEN_AXIS, IMPL_AXIS, PRESET_AXIS, PATTERN_AXIS]
@@ -184,8 +191,30 @@ class _Selection(DeviceBenchmark):
     package = nsa_kernels
     api_names = API
 
+    def checks(self):
+        """The class's correctness checks (`run_checks`): the Triton call against the
+        reference at CHECK_SEQ_LEN, for every (preset, pattern) of its grid; {} where the
+        commit lacks the API or there is no device (every point's setup skips then)."""
+        try:
+            self.open_device()
+        except NotImplementedError:
+            return {}
+
+        def check(preset, pattern):
+            self.p = PRESETS[preset]
+            self.check(self.inputs(CHECK_SEQ_LEN, pattern, seed=7))
+
+        return run_checks(
+            {
+                (preset, pattern): functools.partial(check, preset, pattern)
+                for preset in self.params[2]
+                for pattern in self.params[3]
+            }
+        )
+
     @setup_oom_as_nan
-    def setup(self, seq_len, impl, preset, pattern):
+    def setup(self, checks, seq_len, impl, preset, pattern):
+        """`checks`: the class's `setup_cache` (`checks`)."""
         p = PRESETS[preset]
         if seq_len > 32768 and preset != LONG_ONLY_PRESET:
             raise NotImplementedError("seq_len 65536 runs for the paper preset only")
@@ -196,9 +225,9 @@ class _Selection(DeviceBenchmark):
             if p.B * p.Hq * seq_len * seq_len * 4 > total:
                 raise NotImplementedError("dense reference cannot fit on this device at all")
         self.p, self.T, self.impl = p, seq_len, impl
-        # An out-of-memory error from here on (the check included) records n/a.
+        # An out-of-memory error from here on (the check's included) records n/a.
         if impl == "triton":
-            self.check(self.inputs(CHECK_SEQ_LEN, pattern, seed=7))
+            raise_check(checks[preset, pattern])
         self.x = self.inputs(seq_len, pattern, seed=0)
         self.prepare()
         if not SMOKE:
@@ -258,6 +287,9 @@ class NsaForward(_Kernel):
 
     version = "1"
     device_ops = FORWARD_OPS
+
+    def setup_cache(self):
+        return self.checks()
 
     def check(self, x):
         a, bs = self.api, self.p.block_size
@@ -345,6 +377,9 @@ class NsaBackward(_BackwardCall, _Kernel):
     version = "1"
     device_ops = BACKWARD_OPS
 
+    def setup_cache(self):
+        return self.checks()
+
 
 class NsaSeedBackward(_BackwardCall, _Selection):
     """The seed benchmark's call: selection_backward_triton(q, k, v, idx, bs, do, o) with
@@ -355,6 +390,10 @@ class NsaSeedBackward(_BackwardCall, _Selection):
     version = "1"
     with_lse = False
     device_ops = BACKWARD_RECOMPUTE_OPS
+
+    def setup_cache(self):
+        return self.checks()
+
     params = [
         grid([512, 1024, 2048], smoke=[SMOKE_SEQ_LEN]),
         ["triton"],
@@ -374,6 +413,10 @@ class NsaAutograd(_Selection):
 
     version = "1"
     device_ops = AUTOGRAD_OPS
+
+    def setup_cache(self):
+        return self.checks()
+
     api_names = (*API, "selection_attention")
     params = [GATED_SEQ_LENS, ["triton"], grid(["seed"], smoke=["tiny-seed"]), PATTERN_AXIS]
 

@@ -152,8 +152,8 @@ def test_oom_anywhere_in_setup_is_na_the_same_way_in_both_families(monkeypatch, 
     monkeypatch.setattr(nsa.NsaForward, "check", _oom)
     monkeypatch.setattr(kda, "check_against_reference", _oom)
     b, k = nsa.NsaForward(), kda.KdaVerify()
-    b.setup(*NSA_POINT)
-    k.setup(*KDA_POINT)
+    b.setup(b.setup_cache(), *NSA_POINT)
+    k.setup(k.setup_cache(), *KDA_POINT)
     assert b.oom and k.oom
     for method in ("track_time", "track_time_eager", "track_time_host", "track_peak_vram_bytes"):
         assert math.isnan(getattr(b, method)(*NSA_POINT)), method
@@ -173,17 +173,85 @@ def test_setup_errors_other_than_oom_still_fail_or_skip(monkeypatch, tmp_path):
 
     monkeypatch.delenv(common.NA_LOG_ENV, raising=False)
     monkeypatch.setattr(nsa.NsaForward, "check", lambda self, x: 1 / 0)
-    with pytest.raises(ZeroDivisionError):
-        nsa.NsaForward().setup(*NSA_POINT)
+    b = nsa.NsaForward()
+    with pytest.raises(common.CheckFailed, match="ZeroDivisionError"):
+        b.setup(b.setup_cache(), *NSA_POINT)
     with pytest.raises(NotImplementedError):
-        nsa.NsaForward().setup(65536, "triton", "tiny-seed", "random")  # paper preset only
+        b.setup({}, 65536, "triton", "tiny-seed", "random")  # paper preset only
     monkeypatch.setattr(kda, "check_against_reference", lambda *a: 1 / 0)
-    with pytest.raises(ZeroDivisionError):
-        kda.KdaVerify().setup(*KDA_POINT)
+    k = kda.KdaVerify()
+    with pytest.raises(common.CheckFailed, match="ZeroDivisionError"):
+        k.setup(k.setup_cache(), *KDA_POINT)
     # Without $ATTNBENCH_NA_LOG an OOM is NaN only; nothing is written.
     monkeypatch.chdir(tmp_path)
     b = _Bench()
     assert math.isnan(b.track_x()) and not list(tmp_path.iterdir())
+
+
+@pytest.mark.skipif(not common.SMOKE, reason="smoke-mode benchmark set-up")
+def test_checks_run_once_per_class_and_fail_only_their_points(monkeypatch):
+    """Each class's setup_cache runs every check of its grid once (NSA: per preset and
+    pattern, KDA: per mode, gate and heads); a point's setup re-raises its own check's
+    outcome only, and asv gives every class a setup_cache of its own."""
+    from asv_runner.benchmarks._base import get_setup_cache_key
+
+    from benchmarks import kda, nsa
+
+    seen = []
+
+    def check(self, x):
+        seen.append(self.p)
+        if self.p is nsa.PRESETS["tiny-seed"] and x["idx"].shape[2] == nsa.CHECK_SEQ_LEN:
+            raise AssertionError("wrong")
+
+    monkeypatch.setattr(nsa.NsaForward, "check", check)
+    monkeypatch.setattr(nsa.NsaForward, "params", [[40], ["triton"], ["tiny-seed", "tiny-paper"],
+                                                   ["random", "recent"]])  # fmt: skip
+    b = nsa.NsaForward()
+    checks = b.setup_cache()
+    assert len(seen) == 4 and set(checks) == {
+        (p, q) for p in ("tiny-seed", "tiny-paper") for q in ("random", "recent")
+    }
+    assert checks["tiny-paper", "recent"] is None
+    assert checks["tiny-seed", "random"] == ("failed", "AssertionError: wrong")
+    b.setup(checks, 40, "triton", "tiny-paper", "recent")  # its check passed
+    with pytest.raises(common.CheckFailed, match="wrong"):
+        b.setup(checks, 40, "triton", "tiny-seed", "recent")
+    assert len(seen) == 4  # setup ran no check of its own
+
+    calls = []
+    monkeypatch.setattr(kda, "check_against_reference", lambda *a: calls.append(a[1]))
+    monkeypatch.setattr(kda, "check_ring_bitwise", lambda *a: None)
+    k = kda.KdaVerify()
+    outcomes = k.setup_cache()
+    assert sorted(calls) == sorted(m for m in kda.KdaVerify.params[1] for _ in kda.HEADS)
+    assert all(v is None for v in outcomes.values())
+    k.setup(outcomes, *KDA_POINT)
+    assert len(calls) == len(outcomes)
+
+    classes = [nsa.NsaForward, nsa.NsaBackward, nsa.NsaSeedBackward, nsa.NsaAutograd,
+               kda.KdaVerify]  # fmt: skip
+    keys = {get_setup_cache_key(c.setup_cache) for c in classes}
+    assert len(keys) == len(classes)
+
+
+def test_run_checks_sorts_outcomes_and_raise_check_replays_them():
+    def oom():
+        raise torch.OutOfMemoryError("out of memory (test)")
+
+    def skip():
+        raise NotImplementedError("no API")
+
+    got = common.run_checks({"ok": lambda: None, "oom": oom, "skip": skip, "bad": lambda: 1 / 0})
+    assert got["ok"] is None and got["oom"][0] == "oom" and got["skip"] == ("skip", "no API")
+    assert got["bad"] == ("failed", "ZeroDivisionError: division by zero")
+    common.raise_check(got["ok"])
+    with pytest.raises(torch.OutOfMemoryError):
+        common.raise_check(got["oom"])
+    with pytest.raises(NotImplementedError, match="no API"):
+        common.raise_check(got["skip"])
+    with pytest.raises(common.CheckFailed, match="ZeroDivisionError"):
+        common.raise_check(got["bad"])
 
 
 def test_check_close_rejects_wrong_and_nan():
@@ -350,7 +418,7 @@ def oom(*args, **kwargs):
 out = {}
 for cls in (nsa.NsaForward, nsa.NsaBackward):
     b, point = cls(), (40, "reference", "tiny-seed", "random")
-    b.setup(*point)
+    b.setup(b.setup_cache(), *point)
     b.api = SimpleNamespace(**{**vars(b.api), "selection_forward_reference": oom})
     if cls is nsa.NsaForward:
         b.prepare()

@@ -142,7 +142,7 @@ def test_host_seconds_refuses_when_the_sleep_never_outlasts_the_calls(monkeypatc
 @smoke_only
 def test_rotation_sets_have_their_own_storage():
     b = nsa.NsaForward()
-    b.setup(nsa.SMOKE_SEQ_LEN, "triton", "tiny-seed", "random")
+    common.set_up(b, nsa.SMOKE_SEQ_LEN, "triton", "tiny-seed", "random")
     b.call = lambda x: x  # the sets themselves instead of callables on them
     sets = b.rotation()
     assert len(sets) == common.ROTATION_SETS >= 3
@@ -161,7 +161,7 @@ def test_nsa_eager_and_host_figures_in_smoke_mode(cls):
     backward's call is checked by the next test)."""
     params = (nsa.SMOKE_SEQ_LEN, "triton", "tiny-seed", "random")
     b = cls()
-    b.setup(*params)  # checks the call against the reference first
+    common.set_up(b, *params)  # checks the call against the reference first
     assert not b.oom
     for name in ("track_time_eager", "track_time_host"):
         result = getattr(b, name)(*params)
@@ -173,7 +173,7 @@ def test_nsa_eager_and_host_figures_in_smoke_mode(cls):
 def test_seed_backward_passes_no_lse(monkeypatch):
     """NsaSeedBackward's call is the backward with lse=None (lse recomputed)."""
     b = nsa.NsaSeedBackward()
-    b.setup(nsa.SMOKE_SEQ_LEN, "triton", "tiny-seed", "recent")
+    common.set_up(b, nsa.SMOKE_SEQ_LEN, "triton", "tiny-seed", "recent")
     seen = []
     real = b.api.selection_backward_triton
 
@@ -259,6 +259,6 @@ CASES = [
 @pytest.mark.parametrize("cls, T, preset, pattern", CASES)
 def test_benchmarked_calls_stay_within_their_device_ops_bound(gpu_suite, cls, T, preset, pattern):
     b = cls()
-    b.setup(T, "triton", preset, pattern)
+    common.set_up(b, T, "triton", preset, pattern)
     ops = _device_ops(b.fn)
     assert 1 <= ops <= cls.device_ops, f"{cls.__name__}: {ops} device operations per call"

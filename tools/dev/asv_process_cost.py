@@ -12,7 +12,9 @@ per point (wall seconds of the child: setup, method) and writes the 25 most expe
 (cumulative) per point, and the modules the child imported that the parent had not
 (candidates for `benchmarks.common.warm_process_caches`), to DIR/process_cost.txt. Each
 point runs twice: the first child may compile Triton kernels into the on-disk cache, the
-second shows what asv's later processes pay.
+second shows what asv's later processes pay. A class with a `setup_cache` (its correctness
+checks, which asv runs once per class and commit) gets it run first in a child of its own,
+timed on a line of its own, and its result handed to the point's children as asv does.
 """
 
 import argparse
@@ -20,6 +22,7 @@ import ast
 import cProfile
 import io
 import os
+import pickle
 import pstats
 import sys
 import time
@@ -43,17 +46,26 @@ def parse(name):
     return module, cls, method, params
 
 
-def run_child(name, fh):
-    """In a forked child: one point under cProfile; the report goes to `fh`."""
+def instance(name):
     import importlib
 
-    module, cls, method, params = parse(name)
+    module, cls, _, _ = parse(name)
+    return getattr(importlib.import_module(f"benchmarks.{module}"), cls)()
+
+
+def run_child(name, fh, cache_file=None):
+    """In a forked child: one point under cProfile; the report goes to `fh`. `cache_file`:
+    the pickled result of the class's setup_cache, passed to setup first."""
+    _, _, method, params = parse(name)
     before = set(sys.modules)
-    bench = getattr(importlib.import_module(f"benchmarks.{module}"), cls)()
+    bench = instance(name)
+    args = params
+    if cache_file is not None:
+        args = (pickle.loads(cache_file.read_bytes()), *params)
     prof = cProfile.Profile()
     t0 = time.perf_counter()
     prof.enable()
-    bench.setup(*params)
+    bench.setup(*args)
     t1 = time.perf_counter()
     getattr(bench, method)(*params)
     if hasattr(bench, "teardown"):
@@ -84,6 +96,17 @@ def main():
     report.write_text("")
     print(f"{'point':<75} {'run':>3} {'fork->exit s':>12} {'setup s':>8} {'method s':>8}")
     for name in args.names:
+        cache_file = None
+        if hasattr(instance(name), "setup_cache"):
+            cache_file = out / "setup_cache.pkl"
+            t0 = time.perf_counter()
+            pid = os.fork()
+            if pid == 0:
+                cache_file.write_bytes(pickle.dumps(instance(name).setup_cache()))
+                os._exit(0)
+            os.waitpid(pid, 0)
+            label = name.partition("(")[0].rsplit(".", 1)[0] + ".setup_cache"
+            print(f"{label:<75} {1:>3} {time.perf_counter() - t0:>12.2f}")
         for rep in (1, 2):
             r, w = os.pipe()
             t0 = time.perf_counter()
@@ -91,7 +114,7 @@ def main():
             if pid == 0:
                 os.close(r)
                 with open(report, "a") as fh:
-                    setup_s, method_s = run_child(name, fh)
+                    setup_s, method_s = run_child(name, fh, cache_file)
                 os.write(w, f"{setup_s} {method_s}".encode())
                 os._exit(0)
             os.close(w)

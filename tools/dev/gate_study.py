@@ -577,9 +577,11 @@ def measure_point(kernel, cls, params, variants, reps):
     output differs."""
     import torch
 
+    from benchmarks.common import set_up
+
     k = KERNELS[kernel]
     bench = cls()
-    bench.setup(*params)
+    set_up(bench, *params)
     try:
         base_api = bench.api
         apis = {e: _patched_api(base_api, kernel, m) for e, m in variants.items()}

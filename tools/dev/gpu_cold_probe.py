@@ -51,7 +51,7 @@ def main():
     for B in args.batch:
         for mode in kb.MODES:
             inst = kb.KdaVerify()
-            inst.setup(B, mode, "safe", "H8-HV8")
+            bc.set_up(inst, B, mode, "safe", "H8-HV8")
             n = kb.cold_set_count(B, 8, 8, mode, kb.l2_bytes())
             fns = [inst.call(seed=1 + i) for i in range(n)]
             r = {
