@@ -355,10 +355,21 @@ def oom_as_nan(method):
             except OOM_ERRORS:
                 self.oom = True
             free_memory()
-        record_oom(self, method.__name__, params)
+        record_oom(self, method.__name__, point_params(self, params))
         return math.nan
 
     return wrapper
+
+
+def point_params(obj, args):
+    """A benchmark method's parameter values from the arguments it was called with: asv
+    passes the class's `setup_cache` result first where it has one (`args` then holds one
+    value more than the class has parameter axes); tools that call a method directly pass
+    the parameters alone."""
+    axes = getattr(obj, "params", None) or []
+    if hasattr(obj, "setup_cache") and len(args) == len(axes) + 1:
+        return args[1:]
+    return args
 
 
 def metric(unit):
