@@ -20,6 +20,11 @@
 #   ATTNBENCH_MACHINE=NAME     machine name (default: cpu-smoke, or gpu-<hostname>)
 #   ATTNBENCH_COMMITS=N        how many commits back from HEAD (default 3; 0 skips step 3,
 #                              so that with the view on only the view runs)
+#   ATTNBENCH_BENCH=REGEX      step 3 runs only the benchmarks matching REGEX (asv -b): one
+#                              shard of a long suite (the nightly's, say '^kda\.' then
+#                              '^(nsa|ceilings)\.'), run in calls of their own; shards of
+#                              the same commits add up, as a sharded step 3 skips only the
+#                              benchmarks a commit already has results for
 #   ATTNBENCH_WHEELHOUSE=DIR   offline: asv's environments install from DIR only
 #                              (tools/build_wheelhouse.sh fills one)
 set -euo pipefail
@@ -71,10 +76,18 @@ echo "main: mode=$MODE machine=$MACHINE commits=$(wc -l <.asv/commits.txt)"
 mkdir -p "results/$MACHINE"
 export ATTNBENCH_NA_LOG=$PWD/results/$MACHINE/na_reasons.jsonl
 
+# A commit already measured on this machine is skipped whole; with a shard selection
+# (ATTNBENCH_BENCH) only the benchmarks it already has results for are, so that the next
+# shard of the same commit still runs.
+SELECT=(--skip-existing-commits)
+if [ -n "${ATTNBENCH_BENCH:-}" ]; then
+    SELECT=(-b "$ATTNBENCH_BENCH" --skip-existing)
+    echo "main: shard of the suite: benchmarks matching '$ATTNBENCH_BENCH'"
+fi
 status=0
 if [ "$COMMITS" -gt 0 ]; then
-    "$VPY" -m asv run "HASHFILE:.asv/commits.txt" --machine "$MACHINE" \
-        --skip-existing-commits --record-samples --show-stderr || status=$?
+    "$VPY" -m asv run "HASHFILE:.asv/commits.txt" --machine "$MACHINE" "${SELECT[@]}" \
+        --record-samples --show-stderr || status=$?
 fi
 
 # The seed's view, HEAD only, under a machine of its own (its figures are no history of the

@@ -331,7 +331,7 @@ def _main_sh(tmp_path, **env_vars):
     calls.write_text("")
     env = dict(os.environ, CALLS=str(calls), PATH=f"{bin_dir}:{os.environ['PATH']}",
                ATTNBENCH_MACHINE="m", **env_vars)  # fmt: skip
-    for var in ("ATTNBENCH_COMMITS", "ATTNBENCH_VIEW", "ATTNBENCH_WHEELHOUSE"):
+    for var in ("ATTNBENCH_COMMITS", "ATTNBENCH_VIEW", "ATTNBENCH_WHEELHOUSE", "ATTNBENCH_BENCH"):
         if var not in env_vars:
             env.pop(var, None)
     proc = subprocess.run(["bash", str(work / "scripts/main.sh")], cwd=work, env=env,
@@ -347,6 +347,20 @@ def test_main_sh_runs_the_commits_then_the_view(tmp_path):
     assert runs[1].startswith("-m asv run HEAD^! --machine m-view -b VIEWSEL ")
     reports = [c for c in calls if c.startswith("tools/report.py")]
     assert [r.split("--machine ")[1].split()[0] for r in reports] == ["m", "m-view"]
+
+
+def test_main_sh_runs_one_shard_and_keeps_the_other_shards_results(tmp_path):
+    """ATTNBENCH_BENCH: step 3 selects those benchmarks, and skips per benchmark (asv's
+    --skip-existing), not per commit, so a second shard of a measured commit still runs."""
+    code, calls, err = _main_sh(tmp_path, ATTNBENCH_BENCH="^kda\\.", ATTNBENCH_VIEW="0")
+    assert code == 0, err
+    runs = [c for c in calls if c.startswith("-m asv run")]
+    assert len(runs) == 1
+    assert "-b ^kda\\. --skip-existing " in runs[0]
+    assert "--skip-existing-commits" not in runs[0]
+    code, calls, err = _main_sh(tmp_path / "b", ATTNBENCH_VIEW="0")
+    runs = [c for c in calls if c.startswith("-m asv run")]
+    assert code == 0 and "--skip-existing-commits" in runs[0] and " -b " not in runs[0]
 
 
 def test_main_sh_with_no_commits_runs_only_the_view(tmp_path):
