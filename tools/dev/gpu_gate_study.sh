@@ -53,8 +53,9 @@
 # instead of the targets' search; with CALIBRATION_FROM, which amounts to test),
 # CAL_REPS (default 3), ASV_ENV_DIR (default .asv/env, shared with tools/gpu_asv.sh), LAUNCH,
 # WHEELHOUSE, HOST_PY, ASV_HOST_TOOLS, ATTNBENCH_SMOKE (1: the CPU smoke suite).
-# Writes to $OUT (3 files): summary.md (tables), gate_study.log (everything), study.tar.gz
-# (noise.json, aa.jsonl, detect.jsonl, calibration-*.json, every asv continuous log).
+# Writes to $OUT: summary.md (tables), gate_study.log (everything), study.tar.gz
+# (noise.json, aa.jsonl, detect.jsonl, calibration-*.json, every asv continuous log), and
+# each calibration-<kernel>.json as soon as it is taken.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -180,6 +181,8 @@ if has_stage detect; then
             # In this checkout (the same sources as gate-base), not in the scratch repository.
             (cd "$ROOT" && "${GS[@]}" calibrate "$k" --out "$cal" "${args[@]}" \
                 --reps "${CAL_REPS:-3}") || { note "calibrate $k failed"; continue; }
+            # A copy comes back at once, even if a later step runs past the call's limit.
+            cp "$cal" "$OUT/"
         fi
         if [ -n "${!override:-}" ] && [ -n "${CALIBRATION_FROM:-}" ]; then
             # Amounts a reused calibration never timed are tried too, with asv's ratios alone.
