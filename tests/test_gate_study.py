@@ -521,9 +521,10 @@ def run_study_smoke(tmp_path, host_py=None, **knobs):
 
 
 def test_noise_stage_end_to_end_in_smoke_mode(tmp_path):
-    """tools/dev/gpu_gate_study.sh, noise stage, 2 processes of the fast reference benchmark."""
+    """tools/dev/gpu_gate_study.sh, noise stage, 2 processes of the fast reference benchmark,
+    pinned to one core (CPU_AFFINITY: asv's --cpu-affinity)."""
     log, out, study = run_study_smoke(
-        tmp_path, STAGES="noise", NOISE_N="2", NOISE_BENCH=REFERENCE_POINT
+        tmp_path, STAGES="noise", NOISE_N="2", NOISE_BENCH=REFERENCE_POINT, CPU_AFFINITY="0"
     )
     noise = json.loads((study / "noise.json").read_text())
     ((name, stats),) = noise.items()

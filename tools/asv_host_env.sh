@@ -3,8 +3,10 @@
 # SUMMARY.
 #
 # Reads: HOST_PY (default /opt/torch/.venv/bin/python3), WHEELHOUSE (default .whl), LAUNCH,
-# ATTNBENCH_SMOKE (default 0). Sets: HOST_PY, TOOLS, ASV (the asv command, an array), LM
-# (--launch-method args), PYTHONPATH, PATH, ATTNBENCH_SMOKE and ATTNBENCH_HOST_SITE
+# CPU_AFFINITY (asv's --cpu-affinity for every benchmark process, e.g. "3": host-paced
+# figures without the scheduler moving the process between cores), ATTNBENCH_SMOKE
+# (default 0). Sets: HOST_PY, TOOLS, ASV (the asv command, an array), LM (the
+# --launch-method and --cpu-affinity args), PYTHONPATH, PATH, ATTNBENCH_SMOKE and ATTNBENCH_HOST_SITE
 # (exported), and the helpers note, elapsed, has_stage and in_time.
 #
 # asv, asv_runner and virtualenv come from the wheelhouse into .asv/hosttools when the host
@@ -43,4 +45,5 @@ export ATTNBENCH_HOST_SITE
 ASV=("$HOST_PY" -m asv)
 LM=()
 [ -n "${LAUNCH:-}" ] && LM=(--launch-method "$LAUNCH")
+[ -n "${CPU_AFFINITY:-}" ] && LM+=(--cpu-affinity "$CPU_AFFINITY")
 true

@@ -52,6 +52,7 @@
 # DETECT_EXTRAS_NSA / DETECT_EXTRAS_KDA_LOOP / ... (EXTRA amounts to calibrate and test
 # instead of the targets' search; with CALIBRATION_FROM, which amounts to test),
 # CAL_REPS (default 3), ASV_ENV_DIR (default .asv/env, shared with tools/gpu_asv.sh), LAUNCH,
+# CPU_AFFINITY (every benchmark process pinned, asv's --cpu-affinity, stage 2 included),
 # WHEELHOUSE, HOST_PY, ASV_HOST_TOOLS, ATTNBENCH_SMOKE (1: the CPU smoke suite).
 # Writes to $OUT: summary.md (tables), gate_study.log (everything), study.tar.gz
 # (noise.json, aa.jsonl, detect.jsonl, calibration-*.json, every asv continuous log), and
