@@ -147,7 +147,7 @@ def test_floor_tool_kernels_compile_for_sm90():
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     regs = json.loads(r.stdout.strip().splitlines()[-1])
     want = {f"{k} {t}" for k in ("floor", "persist") for t in ("ring", "snap", "full")}
-    assert want | {"ringio", "empty pdl=False", "empty pdl=True"} == set(regs)
+    assert want | {"ringio", "ringio spread", "empty pdl=False", "empty pdl=True"} == set(regs)
     assert all(0 < n <= 255 for n in regs.values())
 
 
@@ -155,7 +155,8 @@ def test_ring_traffic_floor_writes_what_the_ring_modes_write():
     """The `ringio` floor (tools/dev/gpu_kda_floor.py) under Triton's interpreter: its o
     matches PyTorch, and its windows, raw k, raw v, g and beta are exactly the inputs they
     copy, at the sequences' shuffled lines and slots, with every other row and ring position
-    left poisoned, for three tiles (one piece, sub-tiles, key chunks). A floor that moved
+    left poisoned, for three tiles (one piece, sub-tiles, key chunks), with the q/k traffic
+    owned by one value head per q/k head and spread over every program. A floor that moved
     fewer bytes than the ring modes would be no floor."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.path.join(ROOT, "src")
@@ -164,4 +165,4 @@ def test_ring_traffic_floor_writes_what_the_ring_modes_write():
         cwd=ROOT, capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "ringio smoke: 3 of 3 tiles ok" in r.stdout
+    assert "ringio smoke: 6 of 6 tiles ok" in r.stdout

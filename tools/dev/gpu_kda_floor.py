@@ -26,8 +26,10 @@ rows [slots, HV, V, K]:
     sums and o (in the input dtype), plus every other byte a ring-mode call reads or writes
     (the T new input rows and the conv state line of its channels, a and b, the T conv
     windows of its line, raw v, raw k, g and beta into its ring slot), at HV = 8 and 16
-    (--hv), beside the shipped fused+ring and unfused+ring in the same sets. `--cpu-smoke`
-    checks it under Triton's interpreter at a tiny shape.
+    (--hv), beside the shipped fused+ring and unfused+ring in the same sets; each tile
+    twice: raw k and the q/k windows owned by one value head per q/k head (as the verify
+    kernels do), and spread evenly over every program of the sequence. `--cpu-smoke`
+    checks both under Triton's interpreter at a tiny shape.
 Sweeps tiles (BLOCK_V, SUB_V, warps, stages of the sub-tile loop, key chunk) at B = 16 and
 64 (`ring`, `snap`) or B = 1 and 16 (`small`), timed like `gpu_check_kda` (cold: a CUDA
 graph over input sets that do not fit in L2; median of 5), beside the shipped kernels
@@ -156,11 +158,14 @@ def _ring_bytes_kernel(ssm, idx, lines, mixed, conv_pool, a, b, o, win, rawk, ra
                        s_rv_r, s_g_s, s_g_h, s_g_r, s_beta_s, s_beta_h, T: tl.constexpr,
                        W: tl.constexpr, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
                        V: tl.constexpr, BLOCK_V: tl.constexpr, SUB_V: tl.constexpr,
-                       KC: tl.constexpr, STAGES: tl.constexpr):  # fmt: skip
+                       KC: tl.constexpr, STAGES: tl.constexpr,
+                       SPREAD: tl.constexpr = False):  # fmt: skip
     # The ring floor (`_floor_kernel`, not SNAP) plus the rest of a ring-mode call's
-    # traffic, each byte owned by one program as in the verify kernels: the value rows'
-    # raw v and windows by their tile's program; g and beta by the head's first tile; raw k
-    # and the q/k windows by the first value head of each q/k head.
+    # traffic. The value rows' raw v and windows go with their tile's program, g and beta
+    # with the head's first tile. Raw k and the q/k windows (2 * H * K channels):
+    # not SPREAD, owned by the first value head of each q/k head, as in the verify kernels;
+    # SPREAD, sliced evenly over all HV * V / BLOCK_V programs of the sequence, so that no
+    # program carries more than its share (a floor must not be slowed by its own layout).
     i_n = tl.program_id(0)
     i_hv = tl.program_id(1)
     i_v = tl.program_id(2)
@@ -181,6 +186,16 @@ def _ring_bytes_kernel(ssm, idx, lines, mixed, conv_pool, a, b, o, win, rawk, ra
             tl.store(p_g + o_k, b_x[t])
             b_beta = tl.load(b + (i_n * T + t) * s_b_n + i_hv).to(tl.float32)
             tl.store(beta + i_slot * s_beta_s + i_hv * s_beta_h + t, b_beta)
+    if SPREAD:
+        QK: tl.constexpr = 2 * H * K // (HV * (V // BLOCK_V))  # q/k channels per program
+        c_qk = (i_hv * (V // BLOCK_V) + i_v) * QK + tl.arange(0, QK)
+        is_k = c_qk >= H * K
+        c_kk = tl.where(is_k, c_qk - H * K, 0)  # k channel: head c_kk // K, lane c_kk % K
+        for t in tl.static_range(T):
+            p_rk = rawk + i_slot * s_rk_s + (c_kk // K) * s_rk_h + t * s_rk_r + c_kk % K
+            tl.store(p_rk, tl.load(p_x + t * s_m_n + c_qk), mask=is_k)
+        _store_window_rows(p_win, s_win_t, s_win_j, p_cs, s_cs_j, p_x, s_m_n, c_qk, T, W)
+    if i_v == 0 and not SPREAD:
         if i_hv % (HV // H) == 0:
             c_q = i_h * K + o_k
             c_k = H * K + i_h * K + o_k
@@ -340,10 +355,10 @@ RING_BYTES_TILES = (
 )  # fmt: skip
 
 
-def ring_bytes_launch(s, B, hv, bv, sub, warps, stages, kc):
+def ring_bytes_launch(s, B, hv, bv, sub, warps, stages, kc, spread=False):
     """(grid, args, keywords) of one `ringio` floor launch on input set s (B sequences, hv
     value heads; the other dimensions from the buffers); o goes to s["o_ringio"] in the
-    input dtype."""
+    input dtype. spread: the q/k traffic sliced over every program of a sequence (SPREAD)."""
     _, h, _, k = s["rawk"].shape
     t, w1 = s["win_pool"].shape[1:3]
     v = s["rawv"].shape[-1]
@@ -359,13 +374,16 @@ def ring_bytes_launch(s, B, hv, bv, sub, warps, stages, kc):
         *g.stride()[:3], *beta.stride()[:2],
     )  # fmt: skip
     kwargs = dict(T=t, W=w1 + 1, H=h, HV=hv, K=k, V=v, BLOCK_V=bv, SUB_V=sub, KC=kc,
-                  STAGES=stages, num_warps=warps)  # fmt: skip
+                  STAGES=stages, SPREAD=spread, num_warps=warps)  # fmt: skip
+    if spread and (2 * h * k) % (hv * (v // bv)):
+        raise ValueError(f"spread: {2 * h * k} q/k channels do not split over "
+                         f"{hv * (v // bv)} programs")  # fmt: skip
     return (B, hv, v // bv), args, kwargs
 
 
-def ring_bytes_fn(s, B, hv, *tile):
+def ring_bytes_fn(s, B, hv, *tile, spread=False):
     """A zero-argument callable launching the `ringio` floor (ring_bytes_launch)."""
-    grid, args, kwargs = ring_bytes_launch(s, B, hv, *tile)
+    grid, args, kwargs = ring_bytes_launch(s, B, hv, *tile, spread=spread)
     return lambda: _ring_bytes_kernel[grid](*args, **kwargs)
 
 
@@ -409,18 +427,20 @@ def ring_bytes_smoke():
     q/k head, poisoned pools, shuffled slots and lines), three tiles; returns whether all
     matched (main exits 1 when not)."""
     B, t, h, hv, k, v = 3, 2, 1, 2, 16, 16
-    bad = 0
-    for bv, sub, warps, stages, kc in ((16, 8, 1, 2, 8), (8, 8, 1, 1, 16), (16, 16, 1, 1, 16)):
-        s = chk.cases.make_inputs(
-            B, t, h, hv, k, v, dtype=torch.float32, device="cpu", seed=5, lines=B + 2,
-            poison=True, shuffle=True,
-        )  # fmt: skip
-        ring_bytes_fn(s, B, hv, bv, sub, warps, stages, kc)()
-        err, exact = check_ring_bytes(s, B, hv)
-        ok = err < 1e-5 and exact
-        bad += not ok
-        print(json.dumps({"tile": [bv, sub, warps, stages, kc], "err": err, "exact": exact}))
-    print(f"ringio smoke: {3 - bad} of 3 tiles ok")
+    bad = n = 0
+    for spread in (False, True):
+        for bv, sub, warps, stages, kc in ((16, 8, 1, 2, 8), (8, 8, 1, 1, 16), (16, 16, 1, 1, 16)):
+            s = chk.cases.make_inputs(
+                B, t, h, hv, k, v, dtype=torch.float32, device="cpu", seed=5, lines=B + 2,
+                poison=True, shuffle=True,
+            )  # fmt: skip
+            ring_bytes_fn(s, B, hv, bv, sub, warps, stages, kc, spread=spread)()
+            err, exact = check_ring_bytes(s, B, hv)
+            ok = err < 1e-5 and exact
+            bad, n = bad + (not ok), n + 1
+            print(json.dumps({"tile": [bv, sub, warps, stages, kc], "spread": spread,
+                              "err": err, "exact": exact}))  # fmt: skip
+    print(f"ringio smoke: {n - bad} of {n} tiles ok")
     return bad == 0
 
 
@@ -438,18 +458,19 @@ def ring_bytes_part(batches, heads):
             print(json.dumps({"HV": hv, "B": B, "shipped_cold_us": shipped}), flush=True)
             rows.append({"HV": hv, "B": B, "shipped": shipped})
             best = None
-            for tile in RING_BYTES_TILES:
+            for spread, tile in itertools.product((False, True), RING_BYTES_TILES):
                 try:
                     probe = chk.make_set(B, hv, 3)
-                    ring_bytes_fn(probe, B, hv, *tile)()
+                    ring_bytes_fn(probe, B, hv, *tile, spread=spread)()
                     chk.sync()
                     err, exact = check_ring_bytes(probe, B, hv)
-                    us = time_fns([ring_bytes_fn(s, B, hv, *tile) for s in sets])
+                    us = time_fns([ring_bytes_fn(s, B, hv, *tile, spread=spread) for s in sets])
                 except Exception as e:  # a tile that does not compile or fit
-                    print(f"HV={hv} B={B} tile={tile} failed: {type(e).__name__}", flush=True)
+                    print(f"HV={hv} B={B} tile={tile} spread={spread} failed: "
+                          f"{type(e).__name__}", flush=True)  # fmt: skip
                     continue
-                row = {"HV": hv, "B": B, "tile": tile, "us": round(us, 3), "err": err,
-                       "exact": exact}  # fmt: skip
+                row = {"HV": hv, "B": B, "tile": tile, "spread": spread, "us": round(us, 3),
+                       "err": err, "exact": exact}  # fmt: skip
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 if err < 1e-2 and exact and (best is None or us < best["us"]):
@@ -458,7 +479,8 @@ def ring_bytes_part(batches, heads):
             if best:
                 for m, us in shipped.items():
                     print(f"HV={hv} B={B} {m}: {us:.2f} us cold = {us / best['us']:.3f} x the "
-                          f"ringio floor ({best['us']:.2f} us, tile {best['tile']})")  # fmt: skip
+                          f"ringio floor ({best['us']:.2f} us, tile {best['tile']}, spread "
+                          f"{best['spread']})")  # fmt: skip
             del sets
     return rows
 
@@ -539,6 +561,8 @@ def compile_sm90():
     s = chk.cases.make_inputs(2, T, H, HV, K, V, dtype=torch.bfloat16, device="cpu", seed=0)
     grid, args, kwargs = ring_bytes_launch(s, 2, HV, 128, 32, 2, 2, 32)
     out["ringio"] = resources(_ring_bytes_kernel.warmup(*args, **kwargs, grid=grid))["REG"]
+    grid, args, kwargs = ring_bytes_launch(s, 2, HV, 64, 32, 2, 2, 32, spread=True)
+    out["ringio spread"] = resources(_ring_bytes_kernel.warmup(*args, **kwargs, grid=grid))["REG"]
     for pdl in (False, True):
         c = _empty_kernel.warmup(o, PDL=pdl, launch_pdl=pdl, grid=(1,))
         out[f"empty pdl={pdl}"] = resources(c)["REG"]
