@@ -62,3 +62,40 @@ def test_two_shards_merged_equal_one_serial_run(clone):
         assert {c for c, _, _ in smoke.result_pairs(d)} == set(part)
     files = merge_results.scan(merged)
     assert sum(1 for rel in files if rel.startswith(f"{smoke.MACHINE}/")) == 2 + 1  # + machine
+
+
+def test_benchmark_shards_of_one_commit_add_up(clone):
+    """scripts/main.sh's ATTNBENCH_BENCH: shards of the suite run over one commit, each with
+    its own -b and asv's --skip-existing, into one results directory. The second shard must
+    keep the first one's results, and a shard run again must measure nothing new."""
+    root, repo, hashes = clone
+    conf = smoke.write_conf(repo, "asv.results-bench-shards.json", "results-bench-shards")
+    first = r"^nsa\.NsaForward\.track_time\(.*'reference'"
+    second = r"^nsa\.NsaForward\.track_peak_vram_bytes\(.*'reference'"
+
+    def run(bench):
+        return smoke.asv("run", "--config", conf.name, "--machine", smoke.MACHINE, "-b", bench,
+                         "--skip-existing", "--record-samples", "--show-stderr",
+                         f"{hashes[-1]}^!", cwd=repo, home=root / "home")  # fmt: skip
+
+    run(first)
+    after_first = smoke.result_pairs(repo / "results-bench-shards")
+    run(second)
+    got = smoke.result_pairs(repo / "results-bench-shards")
+    names = {name for _, name, _ in got}
+    assert names == {"nsa.NsaForward.track_time", "nsa.NsaForward.track_peak_vram_bytes"}, got
+    assert after_first < got and {c for c, _, _ in got} == {hashes[-1]}
+    before = stored_values(repo / "results-bench-shards")
+    run(first)  # already measured: skipped, so its stored timing is not replaced
+    assert stored_values(repo / "results-bench-shards") == before
+
+
+def stored_values(results_dir):
+    """{(benchmark, commit): stored values} of every result file under results_dir."""
+    from asv.results import iter_results
+
+    return {
+        (key, res.commit_hash): res.get_result_value(key, res.get_result_params(key))
+        for res in iter_results(str(results_dir))
+        for key in res.get_all_result_keys()
+    }
