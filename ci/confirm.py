@@ -54,7 +54,7 @@ else 0. A stage-1 flag that stage 2 clears passes: that is a false flag avoided.
 
     python -m ci.confirm --machine h200 --base SHA --head SHA \
         --continuous-log gate/continuous.log --continuous-code 1 --rounds 6 \
-        --suspect 1.005 --factor 1.006 --out gate [--host-factor 1.05] [--sure 1.03] [--batch 8] \
+        --suspect 1.005 --factor 1.006 --out gate [--host-factor 1.3] [--sure 1.03] [--batch 8] \
         [--time-cap 1800] [--asv ".venv/bin/asv"] [--stage1-compare gate/compare.txt] \
         [--config asv.conf.json] [--results results] [--run-args "--launch-method spawn"]
 

@@ -25,10 +25,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE_FACTOR = "3"
-# The kernel's NSA forward timings (graph, eager, host). asv matches -b against
+# The kernel's NSA forward timing (`track_time`; in smoke the eager and host figures time
+# the same interpreted call, so they would add processes, not coverage: how the gate judges
+# them is ci/confirm's, tested in test_ci_confirm.py). asv matches -b against
 # "name(param, ...)"; the dense reference's smoke call lasts well under a millisecond, so a
 # busy machine can move its host-timed figure by more than SMOKE_FACTOR.
-KERNEL_TIMES = r"NsaForward\.track_time\w*\(.*'triton'"
+KERNEL_TIMES = r"NsaForward\.track_time\(.*'triton'"
 # Extra time of the slow forward, as a multiple of the call it wraps (ratio 1 + this).
 SLOW_MULTIPLE = 8
 SLOW_PATCH = f"""

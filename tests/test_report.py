@@ -675,3 +675,34 @@ def test_view_report_on_the_site_report_page(tmp_path):
     sub = view_page.read_text()
     assert '<img src="vram_vs_seqlen_fwd.png"' in sub and 'href="../../index.html"' in sub
     assert (site / "report" / "view" / "toks_vs_seqlen_bwd.png").stat().st_size > 0
+
+
+def test_crossover_text_says_when_smaller_seq_lens_were_not_measured():
+    """The nightly times eager calls on the gated grid alone (4096 and up here): a kernel
+    already ahead there crossed at or below it, not at it. The graph figure, measured from
+    512, keeps its exact crossover; a kernel never ahead reads as none."""
+
+    def row(n, graph, eager):
+        return {"seq_len": n, "kernel_tok_s": graph, "kernel_eager_tok_s": eager,
+                "ref_tok_s": 10.0, "ref_eager_tok_s": None, "kernel_ms": None, "kernel_na": "",
+                "ref_na": ""}  # fmt: skip
+
+    rows = [row(512, 5.0, None), row(1024, 20.0, None), row(4096, 40.0, 30.0),
+            row(32768, 50.0, 60.0)]  # fmt: skip
+    assert report.crossover_text(rows) == "seq_len 1024"
+    assert (
+        report.crossover_text(rows, "kernel_eager_tok_s") == "seq_len <= 4096 (the first measured)"
+    )
+    rows[0]["kernel_tok_s"] = 11.0
+    assert report.crossover_text(rows) == "seq_len 512"  # the smallest seq_len: exact
+    rows[2]["kernel_eager_tok_s"] = 5.0
+    assert report.crossover_text(rows, "kernel_eager_tok_s") == "seq_len 32768"
+    for r in rows:
+        r["kernel_tok_s"] = 1.0
+    assert report.crossover_text(rows) == "(none measured)"
+    summary = "\n".join(
+        report.nsa_summary(
+            "forward", "seed", [dict(r, pattern="recent", preset="seed") for r in rows]
+        )
+    )
+    assert "at seq_len 32768 (eager)" in summary

@@ -499,6 +499,22 @@ def crossover(rows, kernel="kernel_tok_s"):
     return None
 
 
+def crossover_text(rows, kernel="kernel_tok_s"):
+    """The crossover in words: "seq_len N", or "seq_len <= N (the first measured)" where the
+    kernel is already ahead at the smallest seq_len measured on both sides and smaller ones
+    ran for neither (the nightly times eager calls on the gated grid alone), or "(none
+    measured)"."""
+    cross = crossover(rows, kernel)
+    if cross is None:
+        return "(none measured)"
+    eager = kernel == "kernel_eager_tok_s"
+    both = [r["seq_len"] for r in rows
+            if r.get(kernel) is not None and reference_tok_s(r, eager) is not None]  # fmt: skip
+    if cross == min(both) and cross > min(r["seq_len"] for r in rows):
+        return f"seq_len <= {cross} (the first measured)"
+    return f"seq_len {cross}"
+
+
 def has_eager(rows):
     """Any kernel eager figure among the rows."""
     return any(r.get("kernel_eager_tok_s") is not None for r in rows)
@@ -585,17 +601,18 @@ def _marks(ax, rows, metric):
     matplotlib keeps inside the axes, so no label runs over the axis titles."""
     eager = has_eager(rows)
     ceiling = oom_ceiling(rows)
-    cross = crossover(rows, "kernel_eager_tok_s" if eager else "kernel_tok_s")
+    col = "kernel_eager_tok_s" if eager else "kernel_tok_s"
+    cross = crossover(rows, col)
     if ceiling is not None:
         label = f"reference out of memory from seq_len {ceiling}"
         ax.axvline(ceiling, color="gray", ls="--", alpha=0.7, label=label)
     if cross is not None and metric == "tok_s":
         which = " (eager)" if eager else ""
-        label = f"kernel wins{which} from seq_len {cross}"
+        label = f"kernel wins{which} from {crossover_text(rows, col)}"
         ax.axvline(cross, color="green", ls="--", alpha=0.7, label=label)
     graph_cross = crossover(rows) if eager else None
     if graph_cross is not None and metric == "tok_s":
-        label = f"kernel wins (graph replay) from seq_len {graph_cross}"
+        label = f"kernel wins (graph replay) from {crossover_text(rows)}"
         ax.axvline(graph_cross, color="green", ls=":", alpha=0.7, label=label)
     one_per_len = {}
     for r in rows:
@@ -807,20 +824,19 @@ def write_kda(out, res):
 
 def nsa_summary(direction, preset, prows):
     """summary.md's lines for one NSA direction and preset."""
-    ceiling, cross = oom_ceiling(prows), crossover(prows)
-    eager_cross = crossover(prows, "kernel_eager_tok_s")
+    ceiling = oom_ceiling(prows)
     by_len = {}
     for r in prows:
         by_len.setdefault(r["seq_len"], r)  # the reference's rows agree across patterns
     ref_na = na_summary(list(by_len.values()), "ref")
     oom = f"from seq_len {ceiling}" if ceiling is not None else "none recorded"
-    cross_text = f"seq_len {cross}" if cross is not None else "(none measured)"
+    cross_text = crossover_text(prows)
     lines = [
         f"- NSA {direction}, {preset}: reference OOM ceiling {oom}; kernel throughput "
         f"crossover at {cross_text}"
     ]
     if has_eager(prows):
-        eager_text = f"seq_len {eager_cross}" if eager_cross is not None else "(none measured)"
+        eager_text = crossover_text(prows, "kernel_eager_tok_s")
         lines[0] += f" (graph replay), at {eager_text} (eager)"
     if ref_na:
         lines.append(f"  - reference n/a: {ref_na}")

@@ -647,13 +647,15 @@ def choose_amounts(curve, targets):
     return out
 
 
-def calibrate(kernel, targets=DEFAULT_TARGETS, reps=3, ladder=None, extras=None):
+def calibrate(kernel, targets=DEFAULT_TARGETS, reps=3, ladder=None, extras=None, first=None):
     """Calibrate the kernel's slow-down patch: the ladder at the reference point and the
     amounts interpolated from it for `targets` (or the given `extras` instead), then those
-    amounts at every gated point. Returns a JSON-ready dict."""
+    amounts at every gated point (`first`: the first that many only). Returns a JSON-ready
+    dict."""
     common = _bench_module()
     k = KERNELS[kernel]
     cls, points = gated_points(kernel)
+    points = points[:first] if first else points
     method = k.methods[-1]  # the cold figure for KDA (its targets are stated on it)
     reference = k.reference if k.reference in points else points[0]
     workdir = tempfile.mkdtemp(prefix="gate_study_")
@@ -1166,6 +1168,7 @@ def main(argv=None):
     p.add_argument("--ladder", type=int, nargs="+")
     p.add_argument("--extras", type=int, nargs="+", help="these amounts, no ladder search")
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--first", type=int, help="calibrate the first N gated points only")
     p = sub.add_parser("amounts")
     p.add_argument("calibration")
     p = sub.add_parser("uncalibrated", help="add amounts to a calibration file, uncalibrated")
@@ -1217,7 +1220,9 @@ def main(argv=None):
     elif args.cmd == "slow":
         print(slow_commit(args.repo, args.kernel, args.extra, *args.more))
     elif args.cmd == "calibrate":
-        result = calibrate(args.kernel, args.targets, args.reps, args.ladder, args.extras)
+        result = calibrate(
+            args.kernel, args.targets, args.reps, args.ladder, args.extras, args.first
+        )
         Path(args.out).write_text(json.dumps(result, indent=1))
         print(json.dumps({k: result[k] for k in ("reference", "ladder_pct", "targets")}))
     elif args.cmd == "amounts":
