@@ -307,7 +307,19 @@ def test_noise_statistics():
     assert gs.rounds_done({"a": samples, "b": samples[:6]}, 3) == 2
     assert gs.rounds_done({}, 3) == 0
     md = gs.noise_markdown(table)
-    assert "| `a(1)` | 3 | 2000.000 ms | 50.00 | 100.00 |" in md
+    # halves: processes 1 and 3 (medians 1 and 3) against process 2 (2)
+    assert s["halves_median_ratio"] == pytest.approx(1.0) and s["halves_fastest_ratio"] == 2.0
+    assert "| `a(1)` | 3 | 2000.000 ms | 50.00 | 100.00 | 1.000, 2.000 |" in md
+    assert gs.halves([1.0])[0] != gs.halves([1.0])[0]  # NaN: one process is no A/A
+
+
+def test_halves_by_the_fastest_process_ignore_slow_processes():
+    """Two of a side's three processes running twice as slow double the halves' median
+    ratio; the fastest-process ratio stays at the code's own cost."""
+    meds = [100.0, 200.0, 99.0, 210.0, 100.5, 100.0]
+    by_median, by_fastest = gs.halves(meds)
+    assert by_median == pytest.approx(2.0)
+    assert by_fastest == pytest.approx(100.0 / 99.0)
 
 
 def test_choose_amounts_interpolates_and_extrapolates():

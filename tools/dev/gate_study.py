@@ -727,18 +727,33 @@ def split_processes(samples, per_process):
 
 
 def cv_stats(chunks):
-    """Spread of the per-process medians: n, their median, CV% (sample stdev / mean) and
-    range% (max - min over the median)."""
+    """Spread of the per-process medians: n, their median, CV% (sample stdev / mean),
+    range% (max - min over the median), and an A/A of the two halves (`halves`)."""
     meds = [statistics.median(c) for c in chunks]
     mid = statistics.median(meds)
     cv = 100.0 * statistics.stdev(meds) / statistics.fmean(meds) if len(meds) > 1 else math.nan
+    by_median, by_fastest = halves(meds)
     return {
         "n": len(meds),
         "median_s": mid,
         "cv_pct": cv,
         "range_pct": 100.0 * (max(meds) - min(meds)) / mid,
         "medians_s": meds,
+        "halves_median_ratio": by_median,
+        "halves_fastest_ratio": by_fastest,
     }
+
+
+def halves(meds):
+    """An A/A from one commit's processes, as a gate would read it with the processes split
+    into two sides in turn (odd-numbered over even-numbered): the ratio of the sides'
+    medians, and of their fastest processes. The second is the estimator to try for the
+    host-paced figures: host work only gets slower under interference, and a whole process
+    can run 1.5-2x slow (docs/measurement.md). NaN with fewer than two processes."""
+    a, b = meds[0::2], meds[1::2]
+    if not a or not b:
+        return math.nan, math.nan
+    return statistics.median(b) / statistics.median(a), min(b) / min(a)
 
 
 def noise_table(samples, per_process):
@@ -831,13 +846,15 @@ def fmt_time(seconds):
 
 def noise_markdown(table):
     lines = [
-        "| benchmark | processes | median | CV % | range % |",
-        "| --- | --- | --- | --- | --- |",
+        "| benchmark | processes | median | CV % | range % | halves: medians, fastest |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for name, s in table.items():
+        by_median = s.get("halves_median_ratio", math.nan)
+        by_fastest = s.get("halves_fastest_ratio", math.nan)
         lines.append(
             f"| `{name}` | {s['n']} | {fmt_time(s['median_s'])} | "
-            f"{s['cv_pct']:.2f} | {s['range_pct']:.2f} |"
+            f"{s['cv_pct']:.2f} | {s['range_pct']:.2f} | {by_median:.3f}, {by_fastest:.3f} |"
         )
     if table:
         cvs = [s["cv_pct"] for s in table.values() if s["cv_pct"] == s["cv_pct"]]
