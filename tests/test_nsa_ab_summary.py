@@ -18,12 +18,15 @@ def test_summary_gives_each_sides_median_graph_and_every_process_host(tmp_path, 
     _save(tmp_path, "other1", {"4096:recent fwd": (1.0, 1.0)})  # another side: left out
     rows = gpu_nsa_ab.summary(tmp_path)
     by_name = {r[0]: r for r in rows}
-    name, ga, gb, ratio, ha, hb, host_ratio = by_name["4096:recent fwd"]
+    name, ga, gb, ratio, ha, hb, host_ratio, fastest = by_name["4096:recent fwd"]
     assert (ga, gb) == (76.5, 76.0) and abs(ratio - 76.0 / 76.5) < 1e-12
     assert ha == [550.0, 630.0] and hb == [265.0, 262.0]
     assert abs(host_ratio - 263.5 / 590.0) < 1e-12
+    assert abs(fastest - 262.0 / 550.0) < 1e-12
     printed = capsys.readouterr().out
-    assert "| 4096:recent fwd | 76.5 | 76.0 | 0.993 | 550, 630 | 265, 262 | 0.45 |" in printed
+    assert (
+        "| 4096:recent fwd | 76.5 | 76.0 | 0.993 | 550, 630 | 265, 262 | 0.45 | 0.476 |" in printed
+    )
     assert "| 4096:recent bwd |" in printed
 
 
