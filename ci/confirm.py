@@ -29,16 +29,23 @@ commits' stored results and sorts the timing points (`time_*`, `track_time*`):
   counts as unjudged too: its compare row would rest on stage 1's samples alone.
 
 The host-paced figures (`track_time_eager`, `track_time_host`, in every class: the names
-matching HOST_FIGURE) move more between processes than the graph-replay `track_time`, so
-they have a factor of their own, `--host-factor` (graph figures keep `--factor`, `--sure` and
-stage 1's factor). For a host figure the flag beyond doubt needs a ratio of at least
-max(`--sure`, `--host-factor`); a stage-1 flag below that is re-run like any suspect (with
-`--rounds 0`, one whose stage-1 ratio is below `--host-factor` is cleared on that ratio:
-stage 1's factor is not its factor); the pooled samples are judged by a second
-`asv compare --factor HOST_FACTOR`. Its ratios are read in units of its own factor: a host
-figure is a suspect when its log-ratio, divided by log(host) / log(factor), lies beyond
-`--suspect`, and the suspects are ordered by that scaled distance, so noise within the host
-factor neither crowds out the graph suspects nor fills the time cap.
+matching HOST_FIGURE) move more between processes than the graph-replay `track_time`: host
+work only ever gets slower under interference, and on the H200 it comes whole-process (one
+process in three to five reads 1.5-2x its neighbours at every point, docs/measurement.md).
+A median over a few processes then moves with how many slow ones a side drew. So a host
+figure is judged by its own estimator and factor: the `--host-quantile` (0.1) quantile of a
+side's pooled samples, the code's own cost under the least interference, and the ratio of
+the two sides' quantiles against `--host-factor`. Graph figures keep `--factor`, `--sure`
+and stage 1's factor. For a host figure the stage-1 ratio is that estimator's over stage
+1's samples; its flag beyond doubt needs a ratio of at least max(`--sure`, `--host-factor`)
+with disjoint intervals; a stage-1 flag (asv's, by medians at the graph factor) whose
+estimator lies within the suspect band is cleared on it ("rejudged"), one beyond it is
+re-run like any suspect (with `--rounds 0`, one whose estimator is below `--host-factor` is
+rejudged); after the re-runs the pooled samples' estimator decides (confirm-host.txt). Its
+ratios are read in units of its own factor: a host figure is a suspect when its log-ratio,
+divided by log(host) / log(factor), lies beyond `--suspect`, and the suspects are ordered by
+that scaled distance, so noise within the host factor neither crowds out the graph
+suspects nor fills the time cap.
 
 Besides the timings, a number that vanished fails the gate: a point the base measured and
 the head did not (out of memory, failed, skipped by the benchmark's choice, not run: the
@@ -54,15 +61,16 @@ else 0. A stage-1 flag that stage 2 clears passes: that is a false flag avoided.
 
     python -m ci.confirm --machine h200 --base SHA --head SHA \
         --continuous-log gate/continuous.log --continuous-code 1 --rounds 6 \
-        --suspect 1.005 --factor 1.006 --out gate [--host-factor 1.3] [--sure 1.03] [--batch 8] \
+        --suspect 1.005 --factor 1.006 --out gate [--host-factor 1.08] [--host-quantile 0.1] \
+        [--sure 1.03] [--batch 8] \
         [--time-cap 1800] [--asv ".venv/bin/asv"] [--stage1-compare gate/compare.txt] \
         [--config asv.conf.json] [--results results] [--run-args "--launch-method spawn"]
 
 Writes to --out: suspects.json (the plan: every suspect, the flags beyond doubt, every
 point's stage-1 ratio; after the re-runs, which suspects were judged and which not),
 confirm-run.log, confirm-compare.txt (asv compare of every point at --factor after the
-re-runs: the judged suspects' rows from pooled samples; confirm-compare-host.txt the same at
---host-factor, when a host figure was judged), final-compare.txt (stage 2's rows
+re-runs: the judged suspects' rows from pooled samples; confirm-host.txt the judged host
+figures' rows, by their estimator), final-compare.txt (stage 2's rows
 for the judged suspects, stage 1's for the rest, from --stage1-compare if given, else
 from the continuous log: what the gate decided on) and confirm.json (the verdict, why,
 and every list the PR comment shows). Prints the exit code's reason.
@@ -93,6 +101,11 @@ BATCH = 8
 # The host-paced timing figures: back-to-back eager calls timed by device events, and host
 # time per call. Both carry the host's jitter, which a graph replay does not.
 HOST_FIGURE = re.compile(r"\.track_time_(eager|host)\b")
+# Which quantile of a side's pooled samples stands for a host figure. Interference only adds
+# host time, so the low tail is the code's own cost; 0.1 rather than the minimum, so that no
+# single sample decides, and low enough to stay among the fast processes while up to about a
+# quarter of a side's processes are slow ones.
+HOST_QUANTILE = 0.1
 
 
 def flagged(rows):
@@ -117,6 +130,47 @@ def factor_for(name, factor, host_factor=None):
     return host_factor if host_factor is not None and is_host_figure(name) else factor
 
 
+def low_quantile(samples, q):
+    """The q-quantile (0 <= q <= 1) of `samples`, linear between order statistics."""
+    s = sorted(samples)
+    if not s:
+        raise ValueError("no samples")
+    x = q * (len(s) - 1)
+    i = int(x)
+    return s[i] if i + 1 >= len(s) else s[i] + (x - i) * (s[i + 1] - s[i])
+
+
+def host_ratios(base_samples, head_samples, q=HOST_QUANTILE):
+    """{host figure: low_quantile(head) / low_quantile(base)} of the host figures both sides
+    hold samples of ({point: samples} each, as ci.asv_results.stored_samples gives)."""
+    out = {}
+    for n, sb in base_samples.items():
+        sh = head_samples.get(n)
+        if is_host_figure(n) and sb and sh:
+            qb = low_quantile(sb, q)
+            if qb > 0:
+                out[n] = low_quantile(sh, q) / qb
+    return out
+
+
+def host_rows(names, base_samples, head_samples, host_factor, q=HOST_QUANTILE):
+    """Compare rows of the host figures `names`, judged by their estimator: before/after the
+    sides' q-quantiles, the mark "+" at a ratio of at least host_factor, "-" at most its
+    inverse. A point without samples on both sides gets no row (it counts as lost)."""
+    from asv.util import human_time
+
+    rows = []
+    for n in names:
+        sb, sh = base_samples.get(n), head_samples.get(n)
+        if not sb or not sh:
+            continue
+        qb, qh = low_quantile(sb, q), low_quantile(sh, q)
+        r = qh / qb if qb > 0 else math.inf
+        mark = "+" if r >= host_factor else "-" if r <= 1.0 / host_factor else ""
+        rows.append(Row(mark, human_time(qb), human_time(qh), f"{r:.3f}", n))
+    return rows
+
+
 def measured(point):
     """The point's value when it is a number (None when missing, n/a or failed)."""
     v = None if point is None else point.value
@@ -133,11 +187,14 @@ def ratios_of(base, head):
     return out
 
 
-def beyond_doubt(base_point, head_point, sure):
+def beyond_doubt(base_point, head_point, sure, ratio=None):
     """A slowdown no re-run could clear: ratio >= `sure` and the head's 99% interval lies
-    wholly above the base's (False when either interval is missing)."""
+    wholly above the base's (False when either interval is missing). ratio: the point's
+    ratio when another estimator than the medians gives it (the host figures')."""
     vb, vh = measured(base_point), measured(head_point)
-    if vb is None or vh is None or vb <= 0 or vh / vb < sure:
+    if vb is None or vh is None or vb <= 0:
+        return False
+    if (vh / vb if ratio is None else ratio) < sure:
         return False
     if base_point.ci is None or head_point.ci is None:
         return False
@@ -151,8 +208,9 @@ class Plan:
     sure: timing flags beyond doubt (kept, not re-run); suspects: timing points to re-run,
     in order (the faster ones last); faster: the suspects on the faster side; kept: stage-1
     flags that are not re-run for another reason (not timings, or stage 2 is off);
-    rejudged: host-figure flags that stage 2, off, clears because their stage-1 ratio is
-    below the host factor; ratios: every point's stage-1 median ratio.
+    rejudged: host-figure flags that stage 1's own estimator clears (within the suspect band
+    or, stage 2 off, below the host factor); ratios: every point's stage-1 ratio (the
+    medians', the host estimator's for a host figure).
     """
 
     sure: list[str] = field(default_factory=list)
@@ -164,8 +222,9 @@ class Plan:
 
 
 def plan_stage2(
-    base, head, slower, suspect, sure=SURE_RATIO, rerun=True, factor=None, host_factor=None
-):
+    base, head, slower, suspect, sure=SURE_RATIO, rerun=True, factor=None, host_factor=None,
+    host_ratio=None,
+):  # fmt: skip
     """The Plan for stage 1's flags `slower` (names) over stored Points `base`/`head`.
 
     suspect: the ratio beyond which (either way) a timing point is re-run, >= 1 (1: every
@@ -174,7 +233,10 @@ def plan_stage2(
     host_factor: the factor of the host figures (None: they are judged as the others);
     it needs factor, stage 2's factor for the others, with 1 < factor <= host_factor. A
     host figure's flag beyond doubt then needs max(sure, host_factor), and its log-ratio
-    counts in units of log(host_factor) / log(factor) for `suspect` and the order."""
+    counts in units of log(host_factor) / log(factor) for `suspect` and the order.
+    host_ratio: {host figure: its estimator's ratio} (host_ratios()), which replaces the
+    medians' ratio of those points; with it, a host flag whose ratio lies within the scaled
+    suspect band is cleared on it (rejudged), not re-run."""
     if suspect < 1.0:
         raise ValueError(f"--suspect must be >= 1, got {suspect}")
     if host_factor is not None and (factor is None or not 1.0 < factor <= host_factor):
@@ -182,6 +244,10 @@ def plan_stage2(
             f"--host-factor needs 1 < --factor <= --host-factor, got {factor}, {host_factor}"
         )
     scale = 1.0 if host_factor is None else math.log(host_factor) / math.log(factor)
+
+    def hosted(n):
+        """Whether the point is judged as a host figure."""
+        return host_factor is not None and is_host_figure(n)
 
     def unit(n):
         """What one unit of log-ratio weighs for this point (its factor's, over factor's)."""
@@ -191,6 +257,8 @@ def plan_stage2(
         return max(sure, host_factor) if host_factor is not None and is_host_figure(n) else sure
 
     ratio = ratios_of(base, head)
+    if host_factor is not None and host_ratio:
+        ratio.update({n: r for n, r in host_ratio.items() if n in ratio and is_host_figure(n)})
     flags = list(dict.fromkeys(slower))
     if not rerun:
         below = [
@@ -201,10 +269,18 @@ def plan_stage2(
     plan = Plan(ratios=ratio)
     plan.kept = [n for n in flags if not is_timing(n)]
     timing_flags = [n for n in flags if is_timing(n)]
-    plan.sure = [n for n in timing_flags if beyond_doubt(base.get(n), head.get(n), sure_of(n))]
-    doubtful = [n for n in timing_flags if n not in plan.sure]
-    doubtful.sort(key=lambda n: -math.log(ratio[n]) / unit(n) if n in ratio else -math.inf)
+    plan.sure = [
+        n for n in timing_flags
+        if beyond_doubt(base.get(n), head.get(n), sure_of(n), ratio.get(n) if hosted(n) else None)
+    ]  # fmt: skip
     dist = {n: abs(math.log(r)) / unit(n) for n, r in ratio.items()}
+    if host_factor is not None and host_ratio:
+        plan.rejudged = [
+            n for n in timing_flags if n not in plan.sure and hosted(n) and n in host_ratio
+            and dist[n] <= math.log(suspect)
+        ]  # fmt: skip
+    doubtful = [n for n in timing_flags if n not in plan.sure + plan.rejudged]
+    doubtful.sort(key=lambda n: -math.log(ratio[n]) / unit(n) if n in ratio else -math.inf)
     # --suspect 1: every timing point (a test of the plumbing), else those strictly beyond.
     far = [n for n in ratio if is_timing(n) and n not in flags
            and (suspect == 1.0 or dist[n] > math.log(suspect))]  # fmt: skip
@@ -372,12 +448,13 @@ def judged_at(judged, rejudged, args):
     factor of its own (the judged suspects, the rejudged host flags); the comment shows
     them, and "stage 1" for the rest."""
     out = {}
+    est = f"{args.host_quantile:g} quantile"
     for n in judged:
         f = factor_for(n, args.factor, args.host_factor)
         host = args.host_factor is not None and is_host_figure(n)
-        out[n] = f"{f:g} (host factor, pooled)" if host else f"{f:g} (pooled)"
+        out[n] = f"{f:g} (host factor, pooled {est})" if host else f"{f:g} (pooled)"
     for n in rejudged:
-        out[n] = f"{args.host_factor:g} (host factor, stage 1's ratio)"
+        out[n] = f"{args.host_factor:g} (host factor, stage 1's {est})"
     return out
 
 
@@ -414,6 +491,10 @@ def main(argv=None, clock=time.monotonic):
         help="stage 2's factor for the host figures (track_time_eager/_host); default --factor",
     )  # fmt: skip
     ap.add_argument(
+        "--host-quantile", type=float, default=HOST_QUANTILE,
+        help="the quantile of a side's pooled samples that stands for a host figure",
+    )  # fmt: skip
+    ap.add_argument(
         "--sure", type=float, default=SURE_RATIO,
         help="ratio of a stage-1 flag beyond doubt (with disjoint intervals)",
     )  # fmt: skip
@@ -437,6 +518,8 @@ def main(argv=None, clock=time.monotonic):
     args = ap.parse_args(argv)
     if args.rounds < 0 or args.batch < 1 or args.time_cap < 0:
         ap.error("--rounds and --time-cap must be >= 0, --batch >= 1")
+    if not 0.0 <= args.host_quantile <= 1.0:
+        ap.error("--host-quantile must lie in [0, 1]")
     if args.suspect > args.factor:
         ap.error("--suspect must not exceed --factor (a point inside it could then be flagged "
                  "from stage 1's samples alone)")  # fmt: skip
@@ -453,9 +536,12 @@ def main(argv=None, clock=time.monotonic):
     oom_log = na_reasons.load_oom(na_reasons.log_path(args.results, args.machine))
     lost = lost_numbers(base, head, oom_log, args.head)
     no_number = head_has_no_number(head)
+    sides = (args.base, args.head)
+    before = {c: stored_samples(args.results, args.machine, c) for c in sides}
     plan = plan_stage2(
         base, head, slower, args.suspect, args.sure, rerun=args.rounds > 0,
         factor=args.factor, host_factor=args.host_factor,
+        host_ratio=host_ratios(*(before[c] for c in sides), args.host_quantile),
     )  # fmt: skip
     if code1 == 2:
         plan.suspects = []  # a failure is final: nothing is re-run
@@ -484,30 +570,31 @@ def main(argv=None, clock=time.monotonic):
         ]  # fmt: skip
         run_asv(run, run_log, mode="a")
 
-    sides = (args.base, args.head)
-    before = {c: stored_samples(args.results, args.machine, c) for c in sides}
     judged, unjudged, spent = retime(to_run, args.batch, args.time_cap, run_batch, clock)
     unjudged += [n for n in plan.suspects if n not in to_run]
     rows, lost_rerun = [], []
 
-    def compare_at(f, out_name):
+    if judged:
         compare = [
-            *asv, "compare", *conf, "--machine", args.machine, "--factor", str(f),
+            *asv, "compare", *conf, "--machine", args.machine, "--factor", str(args.factor),
             args.base, args.head,
         ]  # fmt: skip
         res = subprocess.run(compare, capture_output=True, text=True)
-        write_text_atomic(args.out / out_name, res.stdout)
-        return parse(res.stdout)
-
-    if judged:
-        rows = compare_at(args.factor, "confirm-compare.txt")
-        host = args.host_factor
-        if host is not None and host != args.factor and any(map(is_host_figure, judged)):
-            # the host figures' rows from a compare at their own factor, the rest from F2's
-            rows = [r for r in rows if not is_host_figure(r.name)] + [
-                r for r in compare_at(host, "confirm-compare-host.txt") if is_host_figure(r.name)
-            ]
+        write_text_atomic(args.out / "confirm-compare.txt", res.stdout)
+        rows = parse(res.stdout)
         after = {c: stored_samples(args.results, args.machine, c) for c in sides}
+        failed = {r.name for r in rows if r.mark == "!"}
+        hosts = [
+            n for n in judged
+            if args.host_factor is not None and is_host_figure(n) and n not in failed
+        ]  # fmt: skip
+        if hosts:
+            # the host figures' rows from their estimator over the pooled samples
+            mine = host_rows(hosts, *(after[c] for c in sides), args.host_factor,
+                             args.host_quantile)  # fmt: skip
+            table = merged_table([], mine, {r.name for r in mine})
+            write_text_atomic(args.out / "confirm-host.txt", table)
+            rows = [r for r in rows if r.name not in hosts] + mine
         lost_rerun = not_retimed(judged, before, after, rows)
         judged = [n for n in judged if n not in lost_rerun]
         unjudged = [n for n in plan.suspects if n in set(unjudged) | set(lost_rerun)]
@@ -525,7 +612,8 @@ def main(argv=None, clock=time.monotonic):
         "lost": [{"name": n, "reason": r.value, "label": r.label, "base": b} for n, r, b in lost],
         "not_retimed": lost_rerun, "head_has_no_number": no_number, "time_cap_s": args.time_cap,
         "stage2_s": round(spent, 1), "rejudged": plan.rejudged, "factor": args.factor,
-        "host_factor": args.host_factor, "judged_at": judged_at(judged, plan.rejudged, args),
+        "host_factor": args.host_factor, "host_quantile": args.host_quantile,
+        "judged_at": judged_at(judged, plan.rejudged, args),
     }  # fmt: skip
     write_json(args.out / "confirm.json", verdict)
     print(f"confirm: exit {v.code}: {v.reason}")

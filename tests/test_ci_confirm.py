@@ -196,59 +196,133 @@ def test_plan_judges_host_figures_at_the_host_factor():
         confirm.plan_stage2(base, head, [], 1.005, host_factor=1.05)
 
 
-def host_gate(tmp_path, monkeypatch, ratio, host_mark, graph_mark="+", **kw):
+def test_low_quantile_and_host_ratios():
+    assert confirm.low_quantile([3.0, 1.0, 2.0], 0.0) == 1.0
+    assert confirm.low_quantile([3.0, 1.0, 2.0], 1.0) == 3.0
+    assert confirm.low_quantile([1.0, 2.0, 3.0, 4.0, 5.0], 0.1) == pytest.approx(1.4)
+    assert confirm.low_quantile([7.0], 0.1) == 7.0
+    with pytest.raises(ValueError):
+        confirm.low_quantile([], 0.1)
+    # one slow process in a side's pooled samples moves its median, not its low tail
+    fast, slow = [100.0 + i for i in range(10)], [180.0 + i for i in range(10)]
+    base, head = {H: fast + fast}, {H: fast + slow, G: fast, A: fast}
+    assert confirm.host_ratios(base, head) == pytest.approx({H: 1.0}, rel=0.02)  # no graph point
+    shifted = {H: [x * 1.1 for x in fast + fast]}
+    assert confirm.host_ratios(base, shifted)[H] == pytest.approx(1.1)
+
+
+def stage1_samples(ratio, median_ratio=None):
+    """{commit: {H: stage-1 samples}}: two processes a side, the head's low tail `ratio`
+    times the base's; with median_ratio, the head's second process reads that much slower
+    (a slow process: it moves the median, not the low tail)."""
+    proc = [100.0 + 0.1 * i for i in range(10)]
+    head2 = [x * (median_ratio or ratio) for x in proc]
+    return {"BASE": {H: proc + proc}, "HEAD": {H: [x * ratio for x in proc] + head2}}
+
+
+def host_gate(tmp_path, monkeypatch, ratio, graph_mark="+", **kw):
     """main() with --host-factor 1.05 over a graph point G and a host point H, both flagged
-    by stage 1 at `ratio` with overlapping intervals; the compare at 1.006 marks both `+`,
-    the compare at 1.05 gives H `host_mark` (asv's mark at that factor)."""
+    by stage 1 at `ratio` with overlapping intervals; the compare at 1.006 marks G
+    `graph_mark`; H's samples read `ratio` (stage 1's and every re-run's)."""
     r = f"{ratio:.2f}"
     base = dict.fromkeys([G, H], 1.0)
     head = {n: pts({n: ratio}, spread=0.1)[n] for n in (G, H)}
     return run_main(
         tmp_path, monkeypatch, [("+", r, G), ("+", r, H)], 1, base, head,
         [(graph_mark, r, G), ("+", r, H)], "--host-factor", "1.05",
-        compare_at={"1.05": [(graph_mark, r, G), (host_mark, r, H)]}, **kw,
+        samples=stage1_samples(ratio), **kw,
     )  # fmt: skip
 
 
-def test_main_a_host_point_at_3_percent_is_no_regression(tmp_path, monkeypatch):
-    rc, calls, out = host_gate(tmp_path, monkeypatch, 1.03, "")
-    factors = [c[c.index("--factor") + 1] for c in calls if c[0] == "compare"]
-    assert factors == ["1.006", "1.05"]  # the host figure's rows come from its own factor
+def test_main_a_host_point_at_3_percent_is_cleared_on_its_estimator(tmp_path, monkeypatch):
+    """1.03 lies within the host figure's suspect band (1.005 in units of log 1.05 / log
+    1.006: about 1.042): stage 1's flag is cleared on its own estimator, not re-run."""
+    rc, calls, out = host_gate(tmp_path, monkeypatch, 1.03)
+    runs = [c for c in calls if c[0] == "run"]
+    assert [n for c in runs for n in (G, H) if re.search(c[c.index("-b") + 1], n)] == [G]
     verdict = json.loads((out / "confirm.json").read_text())
     assert rc == 1 and verdict["confirmed"] == [G] and verdict["cleared"] == [H]
-    assert verdict["judged_at"] == {G: "1.006 (pooled)", H: "1.05 (host factor, pooled)"}
-    assert verdict["host_factor"] == 1.05 and verdict["factor"] == 1.006
+    assert verdict["rejudged"] == [H]
+    assert verdict["judged_at"] == {G: "1.006 (pooled)",
+                                    H: "1.05 (host factor, stage 1's 0.1 quantile)"}  # fmt: skip
+    assert verdict["host_factor"] == 1.05 and verdict["host_quantile"] == 0.1
     final = {r.name: r.mark for r in parse((out / "final-compare.txt").read_text())}
     assert final == {G: "+", H: ""}
     # the graph point cleared too: the gate passes
-    rc, _, out = host_gate(tmp_path / "b", monkeypatch, 1.03, "", graph_mark="")
+    rc, _, out = host_gate(tmp_path / "b", monkeypatch, 1.03, graph_mark="")
     assert rc == 0 and json.loads((out / "confirm.json").read_text())["confirmed"] == []
 
 
-def test_main_a_host_point_at_8_percent_confirmed_is_one(tmp_path, monkeypatch):
-    rc, calls, out = host_gate(tmp_path, monkeypatch, 1.08, "+", graph_mark="")
+def test_main_a_host_point_is_judged_on_its_pooled_low_quantile(tmp_path, monkeypatch):
+    """1.045: beyond the suspect band, re-run; the pooled estimator (1.045) is below the host
+    factor: cleared. 1.08: re-run and confirmed, its row the estimator's."""
+    rc, calls, out = host_gate(tmp_path, monkeypatch, 1.045, graph_mark="")
+    verdict = json.loads((out / "confirm.json").read_text())
+    assert [c[c.index("--factor") + 1] for c in calls if c[0] == "compare"] == ["1.006"]
+    assert rc == 0 and verdict["suspects"] == [G, H] and verdict["cleared"] == [G, H]
+    assert verdict["judged_at"][H] == "1.05 (host factor, pooled 0.1 quantile)"
+    rc, calls, out = host_gate(tmp_path / "b", monkeypatch, 1.08, graph_mark="")
     verdict = json.loads((out / "confirm.json").read_text())
     assert rc == 1 and verdict["confirmed"] == [H] and verdict["cleared"] == [G]
     assert "1 suspect(s) confirmed slower" in verdict["reason"]
+    row = {r.name: r for r in parse((out / "final-compare.txt").read_text())}[H]
+    assert (row.mark, row.ratio) == ("+", "1.080")
+    assert parse((out / "confirm-host.txt").read_text()) == [row]
+
+
+def test_main_a_slow_head_process_is_no_host_regression(tmp_path, monkeypatch):
+    """Stage 1 flags H at 1.3 by its medians: one of the head's two processes was slow. The
+    low quantile reads 1.0: cleared without a re-run. The same medians with the whole head
+    10% slower: a flag beyond doubt (the host factor passed, the intervals disjoint)."""
+    base, head = {H: 1.0}, {H: pts({H: 1.3}, spread=0.1)[H]}
+    rc, calls, out = run_main(
+        tmp_path,
+        monkeypatch,
+        [("+", "1.30", H)],
+        1,
+        base,
+        head,
+        [],
+        "--host-factor",
+        "1.05",
+        samples=stage1_samples(1.0, 1.6),
+    )
+    verdict = json.loads((out / "confirm.json").read_text())
+    assert rc == 0 and calls == [] and verdict["cleared"] == [H]
+    rc, calls, out = run_main(
+        tmp_path / "b",
+        monkeypatch,
+        [("+", "1.30", H)],
+        1,
+        base,
+        head,
+        [],
+        "--host-factor",
+        "1.05",
+        samples=stage1_samples(1.1, 1.6),
+    )
+    verdict = json.loads((out / "confirm.json").read_text())
+    assert rc == 1 and verdict["sure"] == [H]  # 1.1 with disjoint intervals: beyond doubt
 
 
 def test_main_a_graph_point_at_3_percent_still_is_one(tmp_path, monkeypatch):
-    """Without a host point among the judged, no compare runs at the host factor, and the
-    graph point's 1.03 is confirmed at 1.006 as before."""
+    """Without a host point among the judged, no host table is written, and the graph
+    point's 1.03 is confirmed at 1.006 as before."""
     base, head = {G: 1.0}, {G: pts({G: 1.03}, spread=0.05)[G]}
     rc, calls, out = run_main(tmp_path, monkeypatch, [("+", "1.03", G)], 1, base, head,
                               [("+", "1.03", G)], "--host-factor", "1.05")  # fmt: skip
     assert [c[c.index("--factor") + 1] for c in calls if c[0] == "compare"] == ["1.006"]
     verdict = json.loads((out / "confirm.json").read_text())
-    assert rc == 1 and verdict["confirmed"] == [G]
+    assert rc == 1 and verdict["confirmed"] == [G] and not (out / "confirm-host.txt").exists()
 
 
 def test_main_host_flag_beyond_doubt_needs_the_host_factor(tmp_path, monkeypatch):
-    """Disjoint intervals at 1.03: the graph flag stands unrun, the host flag is re-run."""
-    base, head = dict.fromkeys([G, H], 1.0), dict.fromkeys([G, H], 1.03)
-    rc, calls, out = run_main(tmp_path, monkeypatch, [("+", "1.03", G), ("+", "1.03", H)], 1,
-                              base, head, [("", "1.03", H)], "--host-factor", "1.05",
-                              compare_at={"1.05": [("", "1.03", H)]})  # fmt: skip
+    """Disjoint intervals at 1.045: the graph flag stands unrun, the host flag is re-run
+    (and cleared: its estimator is below 1.05)."""
+    base, head = dict.fromkeys([G, H], 1.0), dict.fromkeys([G, H], 1.045)
+    rc, calls, out = run_main(tmp_path, monkeypatch, [("+", "1.05", G), ("+", "1.05", H)], 1,
+                              base, head, [], "--host-factor", "1.05",
+                              samples=stage1_samples(1.045))  # fmt: skip
     verdict = json.loads((out / "confirm.json").read_text())
     assert rc == 1 and verdict["sure"] == [G] and verdict["suspects"] == [H]
     assert verdict["cleared"] == [H]
@@ -257,14 +331,29 @@ def test_main_host_flag_beyond_doubt_needs_the_host_factor(tmp_path, monkeypatch
 def test_main_with_stage_2_off_clears_a_host_flag_below_its_factor(tmp_path, monkeypatch):
     base, head = dict.fromkeys([G, H], 1.0), dict.fromkeys([G, H], 1.03)
     rc, calls, out = run_main(tmp_path, monkeypatch, [("+", "1.03", H)], 1, base, head, [],
-                              "--host-factor", "1.05", rounds=0)  # fmt: skip
+                              "--host-factor", "1.05", rounds=0,
+                              samples=stage1_samples(1.045, 1.3))  # fmt: skip
     verdict = json.loads((out / "confirm.json").read_text())
     assert rc == 0 and calls == [] and verdict["rejudged"] == [H] and verdict["cleared"] == [H]
-    assert verdict["judged_at"] == {H: "1.05 (host factor, stage 1's ratio)"}
+    assert verdict["judged_at"] == {H: "1.05 (host factor, stage 1's 0.1 quantile)"}
     assert {r.name: r.mark for r in parse((out / "final-compare.txt").read_text())} == {H: ""}
     rc, _, _ = run_main(tmp_path / "g", monkeypatch, [("+", "1.03", G), ("+", "1.03", H)], 1,
                         base, head, [], "--host-factor", "1.05", rounds=0)  # fmt: skip
     assert rc == 1  # the graph flag stands
+    rc, _, _ = run_main(
+        tmp_path / "h",
+        monkeypatch,
+        [("+", "1.03", H)],
+        1,
+        base,
+        head,
+        [],
+        "--host-factor",
+        "1.05",
+        rounds=0,
+        samples=stage1_samples(1.06),
+    )
+    assert rc == 1  # its estimator at the host factor or more: kept
 
 
 def test_main_refuses_a_host_factor_below_the_factor(tmp_path, capsys):
@@ -332,20 +421,24 @@ if args[0] == "compare":  # the canned table of its --factor when there is one
 """
 
 
-def samples_from_calls(calls, lazy=()):
+def samples_from_calls(calls, lazy=(), stage1=None):
     """A stand-in for stored_samples: a point has one sample per logged `asv run` that
-    selected it (none for the points of `lazy`, whose re-runs record nothing)."""
+    selected it (none for the points of `lazy`, whose re-runs record nothing), after the
+    samples `stage1` gives it ({commit: {point: samples}}). A run appends a copy of those
+    (1.0 without): a re-run reads as stage 1 did."""
+    stage1 = stage1 or {}
 
     def stored_samples(results, machine, commit):
         lines = calls.read_text().splitlines() if calls.exists() else []
         runs = [json.loads(ln) for ln in lines if json.loads(ln)[0] == "run"]
-        out = {}
+        first = stage1.get(commit, {})
+        out = {n: list(v) for n, v in first.items()}
         for run in runs:
             rx = run[run.index("-b") + 1]
             for name in (A, B, C, D, G, *HOST, *[P.format("", i) for i in range(10)],
                          *[f"nsa.NsaForward.track_time('p{i}')" for i in range(3)]):  # fmt: skip
                 if re.search(rx, name) and name not in lazy:
-                    out.setdefault(name, []).append(1.0)
+                    out.setdefault(name, []).extend(first.get(name, [1.0]))
         return out
 
     return stored_samples
@@ -370,7 +463,9 @@ def run_main(tmp_path, monkeypatch, stage1_rows, code, base, head, compare_rows,
     b_id, h_id = kw.get("ids", ("BASE", "HEAD"))
     stored = {b_id: as_points(base), h_id: as_points(head)}
     monkeypatch.setattr(confirm, "stored_points", lambda res, machine, commit: stored[commit])
-    monkeypatch.setattr(confirm, "stored_samples", samples_from_calls(calls, kw.get("lazy", ())))
+    monkeypatch.setattr(
+        confirm, "stored_samples", samples_from_calls(calls, kw.get("lazy", ()), kw.get("samples"))
+    )
     out = tmp_path / "gate"
     argv = [
         "--machine", "h200", "--base", b_id, "--head", h_id, "--continuous-log", str(cont),

@@ -253,6 +253,10 @@ def test_gpu_tools_default_to_the_gate_settings():
                      study, re.M)  # fmt: skip
     assert host and host.group(1) == env["GATE_HOST_FACTOR"]
     assert '--host-factor "$CONFIRM_HOST_FACTOR"' in study
+    quantile = re.search(r"^CONFIRM_HOST_QUANTILE=\$\{CONFIRM_HOST_QUANTILE:-([0-9.]+)\}",
+                         study, re.M)  # fmt: skip
+    assert quantile and quantile.group(1) == env["GATE_HOST_QUANTILE"]
+    assert '--host-quantile "$CONFIRM_HOST_QUANTILE"' in study
 
 
 def gate_workflow() -> dict:
@@ -408,7 +412,8 @@ def test_pr_gate_judges_every_suspect_within_a_cap():
     for flag, key in (("--sure", "GATE_CONFIRM_SURE"), ("--batch", "GATE_CONFIRM_BATCH"),
                       ("--time-cap", "GATE_CONFIRM_TIME_CAP"),
                       ("--rounds", "GATE_CONFIRM_ROUNDS"),
-                      ("--host-factor", "GATE_HOST_FACTOR")):  # fmt: skip
+                      ("--host-factor", "GATE_HOST_FACTOR"),
+                      ("--host-quantile", "GATE_HOST_QUANTILE")):  # fmt: skip
         assert f'{flag} "${key}"' in script, flag
     assert float(env["GATE_CONFIRM_SURE"]) == 1.03
     # the host-paced figures' own factor, never below the graph figures' (ci.confirm refuses)

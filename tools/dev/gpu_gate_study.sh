@@ -39,8 +39,9 @@
 # CONFIRM_MAX (default 8, the gate's GATE_CONFIRM_BATCH: the stage-2 batch size, ci.confirm's
 # --batch) points per asv run, under ci.confirm's time cap (--time-cap, its default); each
 # gets CONFIRM_ROUNDS more processes per side and is judged at CONFIRM_FACTOR (1.006), a
-# host-paced figure at CONFIRM_HOST_FACTOR (default the gate's GATE_HOST_FACTOR, 1.3, or
-# CONFIRM_FACTOR when that is higher: ci.confirm takes no host factor below it); a
+# host-paced figure by its CONFIRM_HOST_QUANTILE (0.1) quantile at CONFIRM_HOST_FACTOR
+# (default the gate's GATE_HOST_FACTOR, 1.08, or CONFIRM_FACTOR when that is higher:
+# ci.confirm takes no host factor below it); a
 # suspect's stage-1 ratio is beyond CONFIRM_SUSPECT (1.005); a stage-1 flag at CONFIRM_SURE
 # (default the gate's 1.03, ci.confirm's --sure) or more with non-overlapping intervals stays
 # flagged without a re-run. The records then hold the
@@ -84,8 +85,9 @@ CONFIRM_SUSPECT=${CONFIRM_SUSPECT:-1.005}
 CONFIRM_FACTOR=${CONFIRM_FACTOR:-1.006}
 CONFIRM_SURE=${CONFIRM_SURE:-1.03}
 CONFIRM_MAX=${CONFIRM_MAX:-8}  # the stage-2 batch size (ci.confirm --batch)
-CONFIRM_HOST_FACTOR=${CONFIRM_HOST_FACTOR:-$(awk -v h=1.3 -v f="$CONFIRM_FACTOR" \
+CONFIRM_HOST_FACTOR=${CONFIRM_HOST_FACTOR:-$(awk -v h=1.08 -v f="$CONFIRM_FACTOR" \
     'BEGIN { print (h + 0 >= f + 0) ? h : f }')}
+CONFIRM_HOST_QUANTILE=${CONFIRM_HOST_QUANTILE:-0.1}  # the gate's GATE_HOST_QUANTILE
 SWEEP_FACTORS=${SWEEP_FACTORS:-1.01 1.015 1.02 1.03 1.05}
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
@@ -118,7 +120,7 @@ cont() {
         PYTHONPATH=$ROOT:${PYTHONPATH:-} "$HOST_PY" -m ci.confirm --machine "$MACHINE" \
             --base "$BASE" --head "$head" --continuous-log "$log" --continuous-code "$rc" \
             --rounds "$CONFIRM_ROUNDS" --suspect "$CONFIRM_SUSPECT" --factor "$CONFIRM_FACTOR" \
-            --host-factor "$CONFIRM_HOST_FACTOR" --sure "$CONFIRM_SURE" --batch "$CONFIRM_MAX" \
+            --host-factor "$CONFIRM_HOST_FACTOR" --host-quantile "$CONFIRM_HOST_QUANTILE" --sure "$CONFIRM_SURE" --batch "$CONFIRM_MAX" \
             --out "${log%.log}-confirm" --asv "${ASV[*]}" \
             --config gate.conf.json --results results-gate --run-args "${LM[*]}" 2>&1 \
             | tee "${log%.log}-confirm.log"
