@@ -37,15 +37,17 @@ figure is judged by its own estimator and factor: the `--host-quantile` (0.1) qu
 side's pooled samples, the code's own cost under the least interference, and the ratio of
 the two sides' quantiles against `--host-factor`. Graph figures keep `--factor`, `--sure`
 and stage 1's factor. For a host figure the stage-1 ratio is that estimator's over stage
-1's samples; its flag beyond doubt needs a ratio of at least max(`--sure`, `--host-factor`)
-with disjoint intervals; a stage-1 flag (asv's, by medians at the graph factor) whose
-estimator lies within the suspect band is cleared on it ("rejudged"), one beyond it is
-re-run like any suspect (with `--rounds 0`, one whose estimator is below `--host-factor` is
-rejudged); after the re-runs the pooled samples' estimator decides (confirm-host.txt). Its
-ratios are read in units of its own factor: a host figure is a suspect when its log-ratio,
-divided by log(host) / log(factor), lies beyond `--suspect`, and the suspects are ordered by
-that scaled distance, so noise within the host factor neither crowds out the graph
-suspects nor fills the time cap.
+1's samples; its flag is never beyond doubt (in an A/A try on an H100 both of a side's two
+stage-1 processes were slow ones: 1.38, with disjoint intervals); a stage-1 flag (asv's,
+by medians at the graph factor) whose estimator lies within the suspect band is cleared on
+it ("rejudged"), one beyond it is re-run like any suspect (with `--rounds 0`, one whose
+estimator is below `--host-factor` is rejudged); after the re-runs the pooled samples'
+estimator decides (confirm-host.txt). Its ratios are read in units of its own factor: a
+host figure is a suspect when its log-ratio, divided by log(host) / log(factor), lies
+beyond `--suspect`, and the suspects are ordered by that scaled distance, so noise within
+the host factor neither crowds out the graph suspects nor fills the time cap. A host
+figure faster at stage 1 is listed, not re-run, like any faster point: a slow base process
+can hide a slowdown there until the next run.
 
 Besides the timings, a number that vanished fails the gate: a point the base measured and
 the head did not (out of memory, failed, skipped by the benchmark's choice, not run: the
@@ -187,14 +189,11 @@ def ratios_of(base, head):
     return out
 
 
-def beyond_doubt(base_point, head_point, sure, ratio=None):
+def beyond_doubt(base_point, head_point, sure):
     """A slowdown no re-run could clear: ratio >= `sure` and the head's 99% interval lies
-    wholly above the base's (False when either interval is missing). ratio: the point's
-    ratio when another estimator than the medians gives it (the host figures')."""
+    wholly above the base's (False when either interval is missing)."""
     vb, vh = measured(base_point), measured(head_point)
-    if vb is None or vh is None or vb <= 0:
-        return False
-    if (vh / vb if ratio is None else ratio) < sure:
+    if vb is None or vh is None or vb <= 0 or vh / vb < sure:
         return False
     if base_point.ci is None or head_point.ci is None:
         return False
@@ -232,8 +231,8 @@ def plan_stage2(
     (stage 1's flags are all kept, no suspect, a host figure's below host_factor aside).
     host_factor: the factor of the host figures (None: they are judged as the others);
     it needs factor, stage 2's factor for the others, with 1 < factor <= host_factor. A
-    host figure's flag beyond doubt then needs max(sure, host_factor), and its log-ratio
-    counts in units of log(host_factor) / log(factor) for `suspect` and the order.
+    host figure's flag is then never beyond doubt (it is re-run), and its log-ratio counts
+    in units of log(host_factor) / log(factor) for `suspect` and the order.
     host_ratio: {host figure: its estimator's ratio} (host_ratios()), which replaces the
     medians' ratio of those points; with it, a host flag whose ratio lies within the scaled
     suspect band is cleared on it (rejudged), not re-run."""
@@ -253,9 +252,6 @@ def plan_stage2(
         """What one unit of log-ratio weighs for this point (its factor's, over factor's)."""
         return scale if is_host_figure(n) else 1.0
 
-    def sure_of(n):
-        return max(sure, host_factor) if host_factor is not None and is_host_figure(n) else sure
-
     ratio = ratios_of(base, head)
     if host_factor is not None and host_ratio:
         ratio.update({n: r for n, r in host_ratio.items() if n in ratio and is_host_figure(n)})
@@ -269,9 +265,11 @@ def plan_stage2(
     plan = Plan(ratios=ratio)
     plan.kept = [n for n in flags if not is_timing(n)]
     timing_flags = [n for n in flags if is_timing(n)]
+    # A host figure's stage-1 flag is never beyond doubt: both of a side's two processes can
+    # be slow ones, with tight intervals each, so its sure-looking flags are re-run.
     plan.sure = [
         n for n in timing_flags
-        if beyond_doubt(base.get(n), head.get(n), sure_of(n), ratio.get(n) if hosted(n) else None)
+        if not hosted(n) and beyond_doubt(base.get(n), head.get(n), sure)
     ]  # fmt: skip
     dist = {n: abs(math.log(r)) / unit(n) for n, r in ratio.items()}
     if host_factor is not None and host_ratio:
