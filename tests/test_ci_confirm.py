@@ -277,33 +277,16 @@ def test_main_a_slow_head_process_is_no_host_regression(tmp_path, monkeypatch):
     low quantile reads 1.0: cleared without a re-run. The same medians with the whole head
     10% slower: re-run (disjoint intervals make no host flag sure) and confirmed."""
     base, head = {H: 1.0}, {H: pts({H: 1.3}, spread=0.1)[H]}
-    rc, calls, out = run_main(
-        tmp_path,
-        monkeypatch,
-        [("+", "1.30", H)],
-        1,
-        base,
-        head,
-        [],
-        "--host-factor",
-        "1.05",
-        samples=stage1_samples(1.0, 1.6),
-    )
-    verdict = json.loads((out / "confirm.json").read_text())
+
+    def gate(where, low_tail_ratio):
+        rc, calls, out = run_main(where, monkeypatch, [("+", "1.30", H)], 1, base, head, [],
+                                  "--host-factor", "1.05",
+                                  samples=stage1_samples(low_tail_ratio, 1.6))  # fmt: skip
+        return rc, calls, json.loads((out / "confirm.json").read_text())
+
+    rc, calls, verdict = gate(tmp_path, 1.0)
     assert rc == 0 and calls == [] and verdict["cleared"] == [H]
-    rc, calls, out = run_main(
-        tmp_path / "b",
-        monkeypatch,
-        [("+", "1.30", H)],
-        1,
-        base,
-        head,
-        [],
-        "--host-factor",
-        "1.05",
-        samples=stage1_samples(1.1, 1.6),
-    )
-    verdict = json.loads((out / "confirm.json").read_text())
+    rc, calls, verdict = gate(tmp_path / "b", 1.1)
     assert rc == 1 and verdict["sure"] == [] and verdict["confirmed"] == [H]
 
 
