@@ -37,7 +37,8 @@
 # CONFIRM_ROUNDS (default 6, the gate's; 0: stage 1 alone): the gate's second stage,
 # ci.confirm, after every aa and detect try. Every suspect is judged, in batches of
 # CONFIRM_MAX (default 8, the gate's GATE_CONFIRM_BATCH: the stage-2 batch size, ci.confirm's
-# --batch) points per asv run, under ci.confirm's time cap (--time-cap, its default); each
+# --batch) points per asv run, under ci.confirm's time cap (CONFIRM_TIME_CAP seconds, default
+# ci.confirm's --time-cap, the gate's 30 min: past it the rest are listed unjudged); each
 # gets CONFIRM_ROUNDS more processes per side and is judged at CONFIRM_FACTOR (1.006), a
 # host-paced figure by its CONFIRM_HOST_QUANTILE (0.1) quantile at CONFIRM_HOST_FACTOR
 # (default the gate's GATE_HOST_FACTOR, 1.08, or CONFIRM_FACTOR when that is higher:
@@ -121,6 +122,7 @@ cont() {
             --base "$BASE" --head "$head" --continuous-log "$log" --continuous-code "$rc" \
             --rounds "$CONFIRM_ROUNDS" --suspect "$CONFIRM_SUSPECT" --factor "$CONFIRM_FACTOR" \
             --host-factor "$CONFIRM_HOST_FACTOR" --host-quantile "$CONFIRM_HOST_QUANTILE" --sure "$CONFIRM_SURE" --batch "$CONFIRM_MAX" \
+            ${CONFIRM_TIME_CAP:+--time-cap "$CONFIRM_TIME_CAP"} \
             --out "${log%.log}-confirm" --asv "${ASV[*]}" \
             --config gate.conf.json --results results-gate --run-args "${LM[*]}" 2>&1 \
             | tee "${log%.log}-confirm.log"
