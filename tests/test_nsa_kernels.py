@@ -20,6 +20,7 @@ from kernels.nsa import (
     selection_forward_reference,
     selection_forward_triton,
     tiles,
+    tuning,
 )
 
 TOL = {torch.float32: 1e-5, torch.float16: 1e-2}
@@ -105,7 +106,9 @@ def test_long_lists_split_into_segments(case):
 
 
 FORWARD_LAUNCHES = ["_tile_list_kernel", "_sel_fwd_kernel", "_sel_fwd_fix_kernel"]
-BLOCK_MAJOR_LAUNCHES = ["_prefix_kernel", "_fill_kernel", "_partial_kernel", "_combine_kernel"]
+# The block-major phase: the lists' offsets come with the tile lists (`prefix_in_lists`),
+# or from a prefix kernel of their own first.
+BLOCK_MAJOR_LAUNCHES = ["_fill_kernel", "_partial_kernel", "_combine_kernel"]
 BACKWARD_LAUNCHES = [
     "_tile_list_kernel", "_sel_bwd_dq_kernel", "_sel_bwd_dq_kernel", "_inv_sort_kernel",
     "_inv_scan_kernel", "_inv_ptr_kernel", "_inv_fill_kernel", "_sel_bwd_dkdv_kernel",
@@ -113,15 +116,21 @@ BACKWARD_LAUNCHES = [
 
 
 @pytest.mark.parametrize(
-    "T,chunks,block_phase,reduce",
-    [(64, None, False, False), (65, None, True, False), (64, 1, False, True)],
-)
-def test_each_call_launches_only_what_can_do_work(monkeypatch, T, chunks, block_phase, reduce):
+    "T,chunks,block_phase,reduce,prefix_in_lists",
+    [
+        (64, None, False, False, True), (65, None, True, False, True),
+        (65, None, True, False, False), (64, 1, False, True, True),
+    ],
+)  # fmt: skip
+def test_each_call_launches_only_what_can_do_work(
+    monkeypatch, T, chunks, block_phase, reduce, prefix_in_lists
+):  # fmt: skip
     """G=4, block 16, S=2 (block-path threshold 2 S = 4 blocks): the forward launches the
     block-major phase only where a tile can keep more than 4 blocks (NB = 5 at T=65, 4 at
     64), and the backward the segment reduce only where a list can be split (T * S entries
-    over one segment of segment_chunks * 32; segment_chunks=1 makes it 32). Results are
-    checked against the reference either way."""
+    over one segment of segment_chunks * 32; segment_chunks=1 makes it 32); the prefix
+    kernel only with `prefix_in_lists` off. Results are checked against the reference
+    either way."""
     from kernels import _runtime
 
     names = []
@@ -132,7 +141,8 @@ def test_each_call_launches_only_what_can_do_work(monkeypatch, T, chunks, block_
         return real(kernel, grid, *args, **kwargs)
 
     monkeypatch.setattr(_runtime, "launch", record)
-    t = tuned(segment_chunks=chunks) if chunks else None
+    t = tuned(segment_chunks=chunks or tuning.DEFAULT.backward.segment_chunks,
+              prefix_in_lists=prefix_in_lists)  # fmt: skip
     B, Hq, Hkv, D, bs, S = 1, 4, 1, 32, 16, 2
     q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=T + 7)
     do = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=T + 8)[0]
@@ -140,9 +150,8 @@ def test_each_call_launches_only_what_can_do_work(monkeypatch, T, chunks, block_
     o, lse = selection_forward_triton(q, k, v, idx, bs, return_lse=True, tuning=t)
     forward_names, names[:] = list(names), []
     grads = selection_backward_triton(q, k, v, idx, bs, do, o, lse, tuning=t)
-    want = (
-        FORWARD_LAUNCHES[:2] + (BLOCK_MAJOR_LAUNCHES if block_phase else []) + FORWARD_LAUNCHES[2:]
-    )
+    block_major = (["_prefix_kernel"] if not prefix_in_lists else []) + BLOCK_MAJOR_LAUNCHES
+    want = FORWARD_LAUNCHES[:2] + (block_major if block_phase else []) + FORWARD_LAUNCHES[2:]
     assert forward_names == want
     assert names == BACKWARD_LAUNCHES + (["_sel_bwd_reduce_kernel"] if reduce else [])
     ro, _, rgrads = reference(q, k, v, idx, bs, do)
