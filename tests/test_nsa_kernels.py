@@ -109,27 +109,30 @@ FORWARD_LAUNCHES = ["_tile_list_kernel", "_sel_fwd_kernel", "_sel_fwd_fix_kernel
 # The block-major phase: the lists' offsets come with the tile lists (`prefix_in_lists`),
 # or from a prefix kernel of their own first.
 BLOCK_MAJOR_LAUNCHES = ["_fill_kernel", "_partial_kernel", "_combine_kernel"]
+# The backward: the inversion's row offsets come with its scan (`invert_ptr_in_scan`), or
+# from a kernel of their own after it.
 BACKWARD_LAUNCHES = [
     "_tile_list_kernel", "_sel_bwd_dq_kernel", "_sel_bwd_dq_kernel", "_inv_sort_kernel",
-    "_inv_scan_kernel", "_inv_ptr_kernel", "_inv_fill_kernel", "_sel_bwd_dkdv_kernel",
+    "_inv_scan_kernel", "_inv_fill_kernel", "_sel_bwd_dkdv_kernel",
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    "T,chunks,block_phase,reduce,prefix_in_lists",
+    "T,chunks,block_phase,reduce,in_one",
     [
         (64, None, False, False, True), (65, None, True, False, True),
         (65, None, True, False, False), (64, 1, False, True, True),
     ],
 )  # fmt: skip
 def test_each_call_launches_only_what_can_do_work(
-    monkeypatch, T, chunks, block_phase, reduce, prefix_in_lists
+    monkeypatch, T, chunks, block_phase, reduce, in_one
 ):  # fmt: skip
     """G=4, block 16, S=2 (block-path threshold 2 S = 4 blocks): the forward launches the
     block-major phase only where a tile can keep more than 4 blocks (NB = 5 at T=65, 4 at
     64), and the backward the segment reduce only where a list can be split (T * S entries
-    over one segment of segment_chunks * 32; segment_chunks=1 makes it 32); the prefix
-    kernel only with `prefix_in_lists` off. Results are checked against the reference
+    over one segment of segment_chunks * 32; segment_chunks=1 makes it 32). in_one off
+    (`prefix_in_lists` and `invert_ptr_in_scan`): the prefix kernel and the inversion's
+    row-offset kernel launch on their own. Results are checked against the reference
     either way."""
     from kernels import _runtime
 
@@ -142,7 +145,7 @@ def test_each_call_launches_only_what_can_do_work(
 
     monkeypatch.setattr(_runtime, "launch", record)
     t = tuned(segment_chunks=chunks or tuning.DEFAULT.backward.segment_chunks,
-              prefix_in_lists=prefix_in_lists)  # fmt: skip
+              prefix_in_lists=in_one, invert_ptr_in_scan=in_one)  # fmt: skip
     B, Hq, Hkv, D, bs, S = 1, 4, 1, 32, 16, 2
     q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=T + 7)
     do = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=T + 8)[0]
@@ -150,10 +153,12 @@ def test_each_call_launches_only_what_can_do_work(
     o, lse = selection_forward_triton(q, k, v, idx, bs, return_lse=True, tuning=t)
     forward_names, names[:] = list(names), []
     grads = selection_backward_triton(q, k, v, idx, bs, do, o, lse, tuning=t)
-    block_major = (["_prefix_kernel"] if not prefix_in_lists else []) + BLOCK_MAJOR_LAUNCHES
+    block_major = (["_prefix_kernel"] if not in_one else []) + BLOCK_MAJOR_LAUNCHES
     want = FORWARD_LAUNCHES[:2] + (block_major if block_phase else []) + FORWARD_LAUNCHES[2:]
     assert forward_names == want
-    assert names == BACKWARD_LAUNCHES + (["_sel_bwd_reduce_kernel"] if reduce else [])
+    backward = BACKWARD_LAUNCHES[:5] + (["_inv_ptr_kernel"] if not in_one else [])
+    backward += BACKWARD_LAUNCHES[5:] + (["_sel_bwd_reduce_kernel"] if reduce else [])
+    assert names == backward
     ro, _, rgrads = reference(q, k, v, idx, bs, do)
     assert rel_err(o, ro) < TOL[q.dtype]
     for got, ref in zip(grads, rgrads, strict=True):
@@ -229,15 +234,25 @@ def segments_want(lists, seg_len, n_entries):
 
 @pytest.mark.parametrize("unique", [True, False])
 @pytest.mark.parametrize("slots", [16, 1024])
-def test_inverted_lists_whole_layout(unique, slots):
+@pytest.mark.parametrize("buckets,in_scan", [(16, True), (1, True), (1, False)])
+def test_inverted_lists_whole_layout(monkeypatch, unique, slots, buckets, in_scan):
     """Every entry of row_ptr, col and the segments (lists split at 4 entries) against plain
     Python, with repeats, dropped and out-of-range slots, and T not a multiple of the
-    inversion's tiles (16 slots: 5 tokens a tile) or of block_size."""
+    inversion's tiles (16 slots: 5 tokens a tile) or of block_size. The row offsets come
+    from the last of the scan's programs of each row (`invert_ptr_in_scan`: one program, or
+    one a bucket) or from a kernel of their own; the buffers are poisoned first."""
     B, Hkv, T, bs, S = 2, 2, 45, 16, 3
     idx = odd_block_idx(B, Hkv, T, bs, S, seed=21)
     idx[0, 1, 10:40] = torch.tensor([0, 0, 1], dtype=idx.dtype)  # long list, repeats
     seg_len = 4
-    t = tuned(invert_tile_slots=slots)
+    t = tuned(invert_tile_slots=slots, invert_scan_buckets=buckets, invert_ptr_in_scan=in_scan)
+    real_empty = torch.empty
+
+    def poisoned_empty(*args, **kwargs):  # every scratch buffer starts as garbage
+        x = real_empty(*args, **kwargs)
+        return x.fill_(-7) if not x.is_floating_point() else x.fill_(float("nan"))
+
+    monkeypatch.setattr(torch, "empty", poisoned_empty)
     row_ptr, col, segs = inverse.inverted_lists(idx, bs, unique, seg_len=seg_len, tuning=t)
     seg_block, seg_start, part_start, n_part = segs
     assert n_part == max(1, 2 * T * S // seg_len)

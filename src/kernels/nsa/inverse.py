@@ -4,7 +4,7 @@
 block: the positions t whose slots kept the block, ascending. The dk/dv kernel sums over a
 block's list in list order, so the order is part of the result: it is fixed (tokens
 ascending; with unique=False a repeat right after its first copy), whatever the launch
-order. A deterministic counting sort in four kernels, with no host sync and no torch op:
+order. A deterministic counting sort in four steps, with no host sync and no torch op:
 
 1. `_inv_sort_kernel`, one program per tile of TT consecutive tokens (TT * S slots, about
    `invert_tile_slots`): each slot gets the bucket of its kept block, NB when dropped (and,
@@ -13,7 +13,9 @@ order. A deterministic counting sort in four kernels, with no host sync and no t
    each bucket's run in HIST[bh, tile, bucket] (the program zeroes its own HIST row first).
 2. `_inv_scan_kernel`: per (b, kv head) and bucket, the exclusive prefix sum of HIST over
    the tiles (in place: each tile's first place within the bucket) and the bucket's total.
-3. `_inv_ptr_kernel`, one program per (b, kv head): ROW_PTR = exclusive prefix sum of the
+3. `_row_ptr`, one program per (b, kv head), the last scan program of each to finish
+   (`invert_ptr_in_scan`; otherwise `_inv_ptr_kernel`, a launch of its own): ROW_PTR =
+   exclusive prefix sum of the
    totals of buckets 0 .. NB - 1, so the dropped slots (bucket NB) come after every list.
    With SPLIT it also cuts each list into segments of at most SEG_LEN entries for the dk/dv
    kernel's load balance (see `backward.py`): SEG_START and PART_START, prefix sums of the
@@ -39,16 +41,19 @@ from .tuning import resolve
 
 @triton.jit
 def _inv_sort_kernel(
-    IDX, KEYS, HIST, T, NB,
+    IDX, KEYS, HIST, DONE, T, NB,
     S: tl.constexpr, BS: tl.constexpr, TT: tl.constexpr, L_PAD: tl.constexpr,
     ZB: tl.constexpr, UNIQUE: tl.constexpr, KEY64: tl.constexpr,
 ):  # fmt: skip
     """Step 1 for one tile: KEYS[bh, tile, :] = the tile's slots sorted by key bucket * TT +
     token in tile (bucket NB: dropped; NB + 1: padding lanes past the tile or past T), and
-    HIST[bh, tile, bucket] = the bucket's slot count in the tile, for buckets 0 .. NB."""
+    HIST[bh, tile, bucket] = the bucket's slot count in the tile, for buckets 0 .. NB.
+    The first tile's program also sets DONE[bh] = -1 (the scan kernel's count)."""
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)
     n_tiles = tl.num_programs(0)
+    if pid_t == 0:
+        tl.store(DONE + i_bh, -1)
     p_hist = HIST + (i_bh.to(tl.int64) * n_tiles + pid_t) * (NB + 1)
     b0 = 0
     while b0 <= NB:  # a `while`: the interpreter cannot take `range` over an argument
@@ -82,9 +87,17 @@ def _inv_sort_kernel(
 
 
 @triton.jit
-def _inv_scan_kernel(HIST, TOTAL, NB, N_TILES, JB: tl.constexpr, TB: tl.constexpr):
+def _inv_scan_kernel(
+    HIST, TOTAL, DONE, ROW_PTR, SEG_BLOCK, SEG_START, PART_START, NB, N_TILES, NSEG, SEG_LEN,
+    JB: tl.constexpr, TB: tl.constexpr, PTR: tl.constexpr, PB: tl.constexpr,
+    SPLIT: tl.constexpr,
+):  # fmt: skip
     """Step 2 for buckets pid * JB .. + JB - 1 of one (b, kv head): HIST[bh, tile, bucket]
-    becomes the bucket's count in the tiles before it; TOTAL[bh, bucket] its count in all."""
+    becomes the bucket's count in the tiles before it; TOTAL[bh, bucket] its count in all.
+    PTR: the last of the (b, kv head)'s programs to finish, counted on DONE[bh] (from -1,
+    as the sort kernel leaves it), also runs step 3 (`_row_ptr`) on the finished TOTAL row,
+    so that step 3 needs no launch of its own: every program's TOTAL stores come before
+    its count (a barrier, then a release), and the last one's acquire sees them all."""
     i_bh = tl.program_id(1)
     i_b = tl.program_id(0) * JB + tl.arange(0, JB)
     p_hist = HIST + i_bh.to(tl.int64) * N_TILES * (NB + 1) + i_b[None, :]
@@ -99,6 +112,13 @@ def _inv_scan_kernel(HIST, TOTAL, NB, N_TILES, JB: tl.constexpr, TB: tl.constexp
         carry += tl.sum(b_n, 0)
         t0 += TB
     tl.store(TOTAL + i_bh.to(tl.int64) * (NB + 1) + i_b, carry, mask=i_b <= NB)
+    if PTR:
+        tl.debug_barrier()  # every lane's TOTAL stores before the release below
+        if tl.atomic_add(DONE + i_bh, 1, sem="acq_rel") == tl.num_programs(0) - 2:
+            _row_ptr(
+                TOTAL, ROW_PTR, SEG_BLOCK, SEG_START, PART_START, i_bh, NB, NSEG, SEG_LEN, PB,
+                SPLIT,
+            )  # fmt: skip
 
 
 @triton.jit
@@ -106,8 +126,20 @@ def _inv_ptr_kernel(
     TOTAL, ROW_PTR, SEG_BLOCK, SEG_START, PART_START, NB, NSEG, SEG_LEN,
     PB: tl.constexpr, SPLIT: tl.constexpr,
 ):  # fmt: skip
-    """Step 3 for one (b, kv head): ROW_PTR, and with SPLIT the segments (module doc)."""
-    i_bh = tl.program_id(0)
+    """Step 3 for one (b, kv head) as a launch of its own (`invert_ptr_in_scan` off)."""
+    _row_ptr(
+        TOTAL, ROW_PTR, SEG_BLOCK, SEG_START, PART_START, tl.program_id(0), NB, NSEG, SEG_LEN,
+        PB, SPLIT,
+    )  # fmt: skip
+
+
+@triton.jit
+def _row_ptr(
+    TOTAL, ROW_PTR, SEG_BLOCK, SEG_START, PART_START, i_bh, NB, NSEG, SEG_LEN,
+    PB: tl.constexpr, SPLIT: tl.constexpr,
+):  # fmt: skip
+    """Step 3 for (b, kv head) i_bh: ROW_PTR, and with SPLIT the segments (module doc).
+    TOTAL is read past L1: in the scan kernel other programs wrote it."""
     o_row = i_bh.to(tl.int64) * (NB + 1)
     p_seg = SEG_BLOCK + i_bh.to(tl.int64) * NSEG
     entries = tl.full([], 0, tl.int32)
@@ -116,7 +148,7 @@ def _inv_ptr_kernel(
     j0 = 0
     while j0 <= NB:
         i_j = j0 + tl.arange(0, PB)
-        b_n = tl.load(TOTAL + o_row + i_j, mask=i_j < NB, other=0)
+        b_n = tl.load(TOTAL + o_row + i_j, mask=i_j < NB, other=0, cache_modifier=".cg")
         tl.store(ROW_PTR + o_row + i_j, entries + tl.cumsum(b_n, 0) - b_n, mask=i_j <= NB)
         entries += tl.sum(b_n, 0)
         if SPLIT:
@@ -185,20 +217,16 @@ def inverted_lists(block_idx, block_size, unique=True, seg_len=None, tuning=None
     key64 = (NB + 2) * tt > 2**31 - 1
     keys = torch.empty(BH, n_tiles * l_pad, dtype=torch.int64 if key64 else torch.int32, device=dev)
     hist = torch.empty(BH, n_tiles, NB + 1, dtype=torch.int32, device=dev)
+    # TOTAL, ROW_PTR and the scan's count DONE in one allocation.
+    buf = torch.empty(BH * (2 * NB + 3), dtype=torch.int32, device=dev)
+    total, row_ptr, done = buf.split_with_sizes([BH * (NB + 1), BH * (NB + 1), BH])
+    total, row_ptr = total.view(BH, NB + 1), row_ptr.view(BH, NB + 1)
     _runtime.launch(
         _inv_sort_kernel, (n_tiles, BH),
-        block_idx, keys, hist, T, NB, S=S, BS=block_size, TT=tt, L_PAD=l_pad,
+        block_idx, keys, hist, done, T, NB, S=S, BS=block_size, TT=tt, L_PAD=l_pad,
         ZB=t.invert_prefix_block, UNIQUE=unique, KEY64=key64,
         direct=direct, key=key, num_warps=t.invert_warps,
     )  # fmt: skip
-    total = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
-    jb = t.invert_scan_buckets
-    _runtime.launch(
-        _inv_scan_kernel, (_runtime.cdiv(NB + 1, jb), BH),
-        hist, total, NB, n_tiles, JB=jb, TB=t.invert_scan_tiles, direct=direct, key=key,
-        num_warps=4,
-    )  # fmt: skip
-    row_ptr = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
     segments = None
     if seg_len is None:
         seg_block = seg_start = part_start = row_ptr  # not written (SPLIT off)
@@ -209,12 +237,22 @@ def inverted_lists(block_idx, block_size, unique=True, seg_len=None, tuning=None
         seg_start = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
         part_start = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
         segments = (seg_block, seg_start, part_start, max(1, 2 * T * S // seg_len))
+    jb, ptr_in_scan = t.invert_scan_buckets, t.invert_ptr_in_scan
+    ptr_args = (row_ptr, seg_block, seg_start, part_start)
     _runtime.launch(
-        _inv_ptr_kernel, (BH,),
-        total, row_ptr, seg_block, seg_start, part_start, NB, n_seg, seg_len or 1,
-        PB=t.invert_prefix_block, SPLIT=seg_len is not None, direct=direct, key=key,
-        num_warps=4,
+        _inv_scan_kernel, (_runtime.cdiv(NB + 1, jb), BH),
+        hist, total, done, *ptr_args, NB, n_tiles, n_seg, seg_len or 1,
+        JB=jb, TB=t.invert_scan_tiles, PTR=ptr_in_scan,
+        PB=t.invert_prefix_block if ptr_in_scan else 1,
+        SPLIT=ptr_in_scan and seg_len is not None, direct=direct, key=key, num_warps=4,
     )  # fmt: skip
+    if not ptr_in_scan:
+        _runtime.launch(
+            _inv_ptr_kernel, (BH,),
+            total, *ptr_args, NB, n_seg, seg_len or 1,
+            PB=t.invert_prefix_block, SPLIT=seg_len is not None, direct=direct, key=key,
+            num_warps=4,
+        )  # fmt: skip
     col = torch.empty(BH, T * S, dtype=torch.int32, device=dev)
     _runtime.launch(
         _inv_fill_kernel, (n_tiles, BH),
@@ -241,8 +279,8 @@ def invert_block_idx(block_idx, block_size, unique=True, tuning=None):
         col: int32 [B * Hkv, T * S] query positions, ascending within each block; entries
             past row_ptr[., NB] are the dropped slots' positions (with unique, the repeats'
             too), ascending.
-    Four kernel launches (module doc), no host sync; the result does not depend on the
-    launch order.
+    Three kernel launches (four with `invert_ptr_in_scan` off; module doc), no host sync;
+    the result does not depend on the launch order.
     """
     _checks.check_block_idx_arg(block_idx, block_size)
     row_ptr, col, _ = inverted_lists(block_idx, block_size, unique=unique, tuning=tuning)

@@ -194,8 +194,8 @@ def tile_block_lists(
     row_ptr, done, chunk, pb = counts, counts, 1, 1
     if offsets is not None:
         row_ptr, done, chunk = offsets
-        # The offsets' step: all of a row's lists at once where they fit prefix_block.
-        pb = min(tuning.block_major.prefix_block, _runtime.next_pow2(NW * NB + 1))
+        # The offsets' step: all of a row's lists at once where they fit list_prefix_block.
+        pb = min(tuning.block_major.list_prefix_block, _runtime.next_pow2(NW * NB + 1))
     _runtime.launch(
         _tile_list_kernel, (n_tiles, B * Hkv),
         block_idx, lists, counts, counts if hist is None else hist,

@@ -81,6 +81,9 @@ class BlockMajorTuning:
     # The prefix sum run by the last tile-list program of each (b, kv head) instead of a
     # kernel of its own: one launch fewer per call
     prefix_in_lists: bool = True
+    # Lists per step of that prefix sum in the tile-list kernel (one warp): 32 a lane keep
+    # the kernel's registers near its sort's own, so its programs stay resident together
+    list_prefix_block: int = 1024
     # Tokens per list window (None: one): a window's q rows are read from DRAM about once
     list_window: int | None = 4096
     # Warps of the fill kernel (per-tile sort and atomics): fastest on the H200
@@ -133,6 +136,9 @@ class BackwardTuning:
     invert_scan_tiles: int = 256
     # Blocks per step of the inversion's prefix-sum program (one per (b, kv head))
     invert_prefix_block: int = 1024
+    # The inversion's row offsets run by the last scan program of each (b, kv head) instead
+    # of a kernel of its own: one launch fewer per call
+    invert_ptr_in_scan: bool = True
 
 
 @dataclass(frozen=True)
