@@ -217,10 +217,9 @@ def inverted_lists(block_idx, block_size, unique=True, seg_len=None, tuning=None
     key64 = (NB + 2) * tt > 2**31 - 1
     keys = torch.empty(BH, n_tiles * l_pad, dtype=torch.int64 if key64 else torch.int32, device=dev)
     hist = torch.empty(BH, n_tiles, NB + 1, dtype=torch.int32, device=dev)
-    # TOTAL, ROW_PTR and the scan's count DONE in one allocation.
-    buf = torch.empty(BH * (2 * NB + 3), dtype=torch.int32, device=dev)
-    total, row_ptr, done = buf.split_with_sizes([BH * (NB + 1), BH * (NB + 1), BH])
-    total, row_ptr = total.view(BH, NB + 1), row_ptr.view(BH, NB + 1)
+    total = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
+    row_ptr = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
+    done = torch.empty(BH, dtype=torch.int32, device=dev)  # the scan's count
     _runtime.launch(
         _inv_sort_kernel, (n_tiles, BH),
         block_idx, keys, hist, done, T, NB, S=S, BS=block_size, TT=tt, L_PAD=l_pad,
