@@ -171,13 +171,10 @@ def test_special_indices_int64_and_scale(scale):
 
 
 @pytest.mark.parametrize(
-    "chunk,windows,key64,in_lists",
-    [
-        (1, 1, False, False), (3, 1, False, True), (8, 1, False, False), (3, 4, False, False),
-        (3, 4, False, True), (3, 4, True, True),
-    ],
-)  # fmt: skip
-def test_block_lists_are_the_inverse_of_block_idx(chunk, windows, key64, in_lists):
+    "chunk,windows,key64",
+    [(1, 1, False), (3, 1, False), (8, 1, False), (3, 4, False), (3, 4, True)],
+)
+def test_block_lists_are_the_inverse_of_block_idx(chunk, windows, key64):
     """For each (b, kv head, window, block): exactly the kept slots of the window's
     block-handled tiles, as flat slot indices t * S + s, with their block and whether the
     token lies inside it, then -1 up to a multiple of `chunk` places; a slot repeating an
@@ -186,11 +183,9 @@ def test_block_lists_are_the_inverse_of_block_idx(chunk, windows, key64, in_list
     is -inf at exactly the dropped slots of block-handled tiles (every head of a padded
     group of 3; the repeats' are the partial kernel's) and untouched elsewhere. key64: the
     fill kernel's 64-bit (block, slot) sort keys (for NB * slots per tile past 32 bits),
-    forced. in_lists: the lists' offsets written by the tile-list kernel's last program of
-    each (b, kv head) (`prefix_in_lists`), every one of its poisoned places, instead of by
-    the prefix kernel."""
+    forced."""
     t = tuned(fill_key32_max=0) if key64 else None
-    T, bs, S, block_t = 47, 8, 3, 4
+    T, bs, S, block_t = 45, 8, 3, 4
     idx = with_repeats(odd_block_idx(2, 2, T, bs, S, seed=34), seed=3).long()
     idx[1, 0, 30] = torch.tensor([2**32 + 1, 1, -1])
     NB, n_tiles = -(-T // bs), -(-T // block_t)
@@ -199,22 +194,11 @@ def test_block_lists_are_the_inverse_of_block_idx(chunk, windows, key64, in_list
     thr = (counts.min().item() + counts.max().item()) // 2
     handled = counts > thr
     assert handled.any() and (~handled).any()
-    # The last (short) tile is block-handled somewhere: offsets taken before its program's
-    # histogram counts (the interpreter runs a row's tiles in order) would miss them.
-    assert handled[:, -1].any()
     hist = torch.full((4, windows * NB), -1, dtype=torch.int32)  # as list_scratch fills it
-    row_ptr = offsets = None
-    if in_lists:
-        row_ptr = torch.full((4, windows * NB + 1), -7, dtype=torch.int32)
-        done = torch.full((4,), -1, dtype=torch.int32)
-        offsets = (row_ptr, done, chunk)
-    lists_counts = tiles.tile_block_lists(idx, bs, block_t, hist, thr, tuning=t, offsets=offsets)
-    assert torch.equal(lists_counts[1], counts)
-    if in_lists:
-        assert (done == n_tiles - 1).all()  # every tile program counted once
+    assert torch.equal(tiles.tile_block_lists(idx, bs, block_t, hist, thr)[1], counts)
     part_l = torch.full((4, T, S, 3), float("nan"))
     row_ptr, col, code = block_major.block_lists(
-        idx, counts, hist, thr, bs, block_t, chunk, part_l, t, row_ptr=row_ptr
+        idx, counts, hist, thr, bs, block_t, chunk, part_l, t
     )  # fmt: skip
     assert (hist == -1).all()
     flat = idx.view(4, T, S)

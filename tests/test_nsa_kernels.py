@@ -106,9 +106,7 @@ def test_long_lists_split_into_segments(case):
 
 
 FORWARD_LAUNCHES = ["_tile_list_kernel", "_sel_fwd_kernel", "_sel_fwd_fix_kernel"]
-# The block-major phase: the lists' offsets come with the tile lists (`prefix_in_lists`),
-# or from a prefix kernel of their own first.
-BLOCK_MAJOR_LAUNCHES = ["_fill_kernel", "_partial_kernel", "_combine_kernel"]
+BLOCK_MAJOR_LAUNCHES = ["_prefix_kernel", "_fill_kernel", "_partial_kernel", "_combine_kernel"]
 # The backward: the inversion's row offsets come with its scan (`invert_ptr_in_scan`), or
 # from a kernel of their own after it.
 BACKWARD_LAUNCHES = [
@@ -131,9 +129,8 @@ def test_each_call_launches_only_what_can_do_work(
     block-major phase only where a tile can keep more than 4 blocks (NB = 5 at T=65, 4 at
     64), and the backward the segment reduce only where a list can be split (T * S entries
     over one segment of segment_chunks * 32; segment_chunks=1 makes it 32). in_one off
-    (`prefix_in_lists` and `invert_ptr_in_scan`): the prefix kernel and the inversion's
-    row-offset kernel launch on their own. Results are checked against the reference
-    either way."""
+    (`invert_ptr_in_scan`): the inversion's row-offset kernel launches on its own. Results
+    are checked against the reference either way."""
     from kernels import _runtime
 
     names = []
@@ -145,7 +142,7 @@ def test_each_call_launches_only_what_can_do_work(
 
     monkeypatch.setattr(_runtime, "launch", record)
     t = tuned(segment_chunks=chunks or tuning.DEFAULT.backward.segment_chunks,
-              prefix_in_lists=in_one, invert_ptr_in_scan=in_one)  # fmt: skip
+              invert_ptr_in_scan=in_one)  # fmt: skip
     B, Hq, Hkv, D, bs, S = 1, 4, 1, 32, 16, 2
     q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=T + 7)
     do = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=T + 8)[0]
@@ -153,8 +150,9 @@ def test_each_call_launches_only_what_can_do_work(
     o, lse = selection_forward_triton(q, k, v, idx, bs, return_lse=True, tuning=t)
     forward_names, names[:] = list(names), []
     grads = selection_backward_triton(q, k, v, idx, bs, do, o, lse, tuning=t)
-    block_major = (["_prefix_kernel"] if not in_one else []) + BLOCK_MAJOR_LAUNCHES
-    want = FORWARD_LAUNCHES[:2] + (block_major if block_phase else []) + FORWARD_LAUNCHES[2:]
+    want = (
+        FORWARD_LAUNCHES[:2] + (BLOCK_MAJOR_LAUNCHES if block_phase else []) + FORWARD_LAUNCHES[2:]
+    )
     assert forward_names == want
     backward = BACKWARD_LAUNCHES[:5] + (["_inv_ptr_kernel"] if not in_one else [])
     backward += BACKWARD_LAUNCHES[5:] + (["_sel_bwd_reduce_kernel"] if reduce else [])

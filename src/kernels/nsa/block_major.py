@@ -13,11 +13,9 @@ CUDA graph):
    run window by window: the programs, which walk the lists in order, all work on one window
    at a time, so the window's q rows (each read by the S blocks its token chose) are read
    from DRAM about once and then hit in L2.
-2. Offsets (`tiles._list_offsets`): ROW_PTR[bh] = exclusive prefix sum of HIST[bh] rounded
-   up to whole chunks of CHUNK entries (NL + 1 entries for NL = NW * NB lists, one program
-   per (b, kv head) looping over them), so that every list starts a chunk. The last
-   tile-list program of each (b, kv head) to finish computes it (`prefix_in_lists`);
-   otherwise `_prefix_kernel` does, a launch of its own. The places between a list's
+2. `_prefix_kernel`: ROW_PTR[bh] = exclusive prefix sum of HIST[bh] rounded up to whole
+   chunks of CHUNK entries (NL + 1 entries for NL = NW * NB lists, one program per (b, kv
+   head) looping over them), so that every list starts a chunk; the places between a list's
    end and the next chunk boundary keep the COL = -1 they were allocated with (padding).
 3. `_fill_kernel` (a counting sort, no torch.sort): per block-handled tile, its kept slots
    are sorted by (block, slot) in registers; each run of one block claims its places at the
@@ -82,7 +80,6 @@ from .tiles import (
     LN2,
     _flag_nonfinite,
     _kept,
-    _list_offsets,
     _run_bounds,
     _tile_rows,
     window_tiles,
@@ -92,12 +89,19 @@ from .tuning import resolve
 
 @triton.jit
 def _prefix_kernel(HIST, ROW_PTR, NL, CHUNK: tl.constexpr, PB: tl.constexpr):
-    """ROW_PTR[bh] = `_list_offsets` of HIST[bh], one program per (b, kv head): the launch
-    that `prefix_in_lists` saves."""
+    """ROW_PTR[bh, l] = CHUNK * sum of cdiv(1 + HIST[bh, :l], CHUNK) for l = 0 .. NL (HIST
+    counts from -1, see `list_scratch`)."""
     i_bh = tl.program_id(0)
-    _list_offsets(
-        HIST + i_bh.to(tl.int64) * NL, ROW_PTR + i_bh.to(tl.int64) * (NL + 1), NL, CHUNK, PB
-    )
+    p_hist = HIST + i_bh.to(tl.int64) * NL
+    p_row = ROW_PTR + i_bh.to(tl.int64) * (NL + 1)
+    carry = tl.full([], 0, tl.int32)
+    i0 = 0
+    while i0 <= NL:  # a `while`: the interpreter cannot take `range` over an argument
+        i_l = i0 + tl.arange(0, PB)
+        b_len = tl.cdiv(tl.load(p_hist + i_l, mask=i_l < NL, other=-1) + 1, CHUNK) * CHUNK
+        tl.store(p_row + i_l, carry + tl.cumsum(b_len, 0) - b_len, mask=i_l <= NL)
+        carry += tl.sum(b_len, 0)
+        i0 += PB
 
 
 @triton.jit
@@ -459,27 +463,25 @@ def chunk_entries(G, element_size, tuning=None):
 
 
 def list_scratch(dims, block_t, element_size, device, tuning=None):
-    """hist, col, code, row_ptr and done of one forward call for its checked `dims`: views
-    of one int32 buffer filled with -1, so that they cost one allocation and one fill. -1
-    is padding in col and "no block yet" in code, hist counts from -1 (the tile-list kernel
-    adds each list's entries to it, the fill kernel counts them down again), and so does
-    done (finished tile-list programs, `tiles.tile_block_lists`); row_ptr is written whole.
-    Shapes: [BH, NL], [BH, L], [BH, cdiv(L, chunk)], [BH, NL + 1] and [BH] for BH = B * Hkv,
-    NL = windows * NB lists, chunk = `chunk_entries` and L = T * S + NL * chunk."""
+    """hist, col and code of one forward call for its checked `dims`: views of one int32
+    buffer filled with -1, so that the three cost one fill. -1 is padding in col and "no
+    block yet" in code, and hist counts from -1 (the tile-list kernel adds each list's
+    entries to it, the fill kernel counts them down again). Shapes: [BH, NL],
+    [BH, T * S + NL * chunk] and [BH, cdiv(T * S + NL * chunk, chunk)] for BH = B * Hkv,
+    NL = windows * NB lists and chunk = `chunk_entries`."""
     BH = dims.B * dims.Hkv
     NL = list_windows(dims.T, block_t, tuning) * dims.NB
     chunk = chunk_entries(dims.G, element_size, tuning)
     L = dims.T * dims.S + NL * chunk
     NC = _runtime.cdiv(L, chunk)
-    sizes = [BH * NL, BH * L, BH * NC, BH * (NL + 1), BH]
-    buf = torch.full((sum(sizes),), -1, dtype=torch.int32, device=device)
-    hist, col, code, row_ptr, done = buf.split_with_sizes(sizes)
-    return hist.view(BH, NL), col.view(BH, L), code.view(BH, NC), row_ptr.view(BH, NL + 1), done
+    buf = torch.full((BH * (NL + L + NC),), -1, dtype=torch.int32, device=device)
+    hist, col, code = buf.split_with_sizes([BH * NL, BH * L, BH * NC])
+    return hist.view(BH, NL), col.view(BH, L), code.view(BH, NC)
 
 
 def block_lists(
     block_idx, counts, hist, min_blocks, block_size, block_t, chunk, part_l, tuning=None,
-    col=None, code=None, key=None, pdl=False, row_ptr=None,
+    col=None, code=None, key=None, pdl=False,
 ):  # fmt: skip
     """Per (b, kv head, window, key block), the kept slots of the window's block-handled
     tiles that chose the block.
@@ -499,10 +501,8 @@ def block_lists(
         col, code: buffers for the results, filled with -1 (`list_scratch`); None:
             allocated here.
         key: the calling wrapper's launch key (`_runtime.launch`), or None.
-        pdl: launch the fill kernel as a programmatic dependent of the kernel before it
+        pdl: launch the fill kernel as a programmatic dependent of the prefix kernel
             (`chain_pdl`; only where `_runtime.pdl_supported`).
-        row_ptr: the lists' offsets (see Returns) already written by the tile-list kernel
-            (`tile_block_lists(..., offsets=...)`), or None: the prefix kernel writes them.
     Returns:
         row_ptr: int32 [B * Hkv, NL + 1] (NL = NW * NB lists, list w * NB + j for block j
             in window w), multiples of chunk; list l's places of row bh are
@@ -514,8 +514,7 @@ def block_lists(
         code: int32 [B * Hkv, cdiv(L, chunk)] per chunk of places (col[bh, c * chunk :
             (c + 1) * chunk]): 2 * block + 1 when one of its entries' tokens lies inside
             its block (the causal mask matters), else 2 * block; -1 past the lists.
-    Two kernel launches, one with row_ptr given (and the fills of col and code when not
-    given), no host sync.
+    Two kernel launches (and the fills of col and code when not given), no host sync.
     """
     tuning = resolve(tuning)
     t, direct = tuning.block_major, tuning.direct_launch
@@ -524,16 +523,15 @@ def block_lists(
     NB = _runtime.cdiv(T, block_size)
     NW = NL // NB
     L = T * S + NL * chunk
+    row_ptr = torch.empty(BH, NL + 1, dtype=torch.int32, device=dev)
     if col is None:
         col = torch.full((BH, L), -1, dtype=torch.int32, device=dev)  # -1: padding
     if code is None:
         code = torch.full((BH, _runtime.cdiv(L, chunk)), -1, dtype=torch.int32, device=dev)
-    if row_ptr is None:
-        row_ptr = torch.empty(BH, NL + 1, dtype=torch.int32, device=dev)
-        _runtime.launch(
-            _prefix_kernel, (BH,), hist, row_ptr, NL, CHUNK=chunk, PB=t.prefix_block,
-            direct=direct, key=key, num_warps=4,
-        )  # fmt: skip
+    _runtime.launch(
+        _prefix_kernel, (BH,), hist, row_ptr, NL, CHUNK=chunk, PB=t.prefix_block,
+        direct=direct, key=key, num_warps=4,
+    )  # fmt: skip
     G = part_l.shape[3]
     _runtime.launch(
         _fill_kernel, (counts.shape[1], BH),
@@ -549,7 +547,7 @@ def block_lists(
 
 def block_major_forward(
     q, k, v, block_idx, counts, hist, col, code, min_blocks, o, lse, flags, dims, block_t,
-    qk_scale, tuning, key=None, interpreted=None, row_ptr=None,
+    qk_scale, tuning, key=None, interpreted=None,
 ):  # fmt: skip
     """Write o and lse of the block-handled tiles (called by `selection_forward_triton`).
 
@@ -566,7 +564,6 @@ def block_major_forward(
         tuning: the forward's `NsaTuning`; its block_major settings apply.
         key: the forward's launch key (`_runtime.launch`), or None.
         interpreted: whether Triton's interpreter runs the kernels (None: read it here).
-        row_ptr: the lists' offsets if the tile-list kernel wrote them (`block_lists`).
     """
     t, direct = tuning.block_major, tuning.direct_launch
     BH = dims.B * dims.Hkv
@@ -581,7 +578,7 @@ def block_major_forward(
     pdl = t.chain_pdl and not interpreted and _runtime.pdl_supported(q.device)
     row_ptr, col, code = block_lists(
         block_idx, counts, hist, min_blocks, dims.block_size, block_t, chunk, part_l, tuning,
-        col=col, code=code, key=key, pdl=pdl, row_ptr=row_ptr,
+        col=col, code=code, key=key, pdl=pdl,
     )  # fmt: skip
     n_lists = row_ptr.shape[1] - 1
     n_chunks = _runtime.cdiv(dims.T * dims.S, chunk) + n_lists  # the most any row can have

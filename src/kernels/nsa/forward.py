@@ -369,21 +369,16 @@ def selection_forward_triton(
     o = _checks.new_empty(q.shape, q.dtype, q.device)
     lse = _checks.new_empty(q.shape[:3], torch.float32, q.device)
 
-    hist = row_ptr = offsets = None
+    hist = None
     if min_blocks is not None:
-        hist, col, code, row_ptr, done = block_major.list_scratch(
+        hist, col, code = block_major.list_scratch(
             dims, block_t, q.element_size(), q.device, tuning
         )  # fmt: skip
-        if tuning.block_major.prefix_in_lists:
-            chunk = block_major.chunk_entries(dims.G, q.element_size(), tuning)
-            offsets = (row_ptr, done, chunk)
-        else:
-            row_ptr = None
     grid = (_runtime.cdiv(dims.T, block_t), dims.B * dims.Hkv)
     flags = torch.empty(grid[1], grid[0], dtype=torch.int32, device=q.device)
     lists, counts = tile_block_lists(
         block_idx, block_size, block_t, hist, min_blocks or 0, flags=flags, tuning=tuning,
-        key=key, offsets=offsets,
+        key=key,
     )  # fmt: skip
     qk_scale = dims.scale * LOG2E
     for_loop = use_for_loop()
@@ -405,7 +400,7 @@ def selection_forward_triton(
     if hist is not None:
         block_major.block_major_forward(
             q, k, v, block_idx, counts, hist, col, code, min_blocks, o, lse, flags, dims,
-            block_t, qk_scale, tuning, key=key, interpreted=not for_loop, row_ptr=row_ptr,
+            block_t, qk_scale, tuning, key=key, interpreted=not for_loop,
         )  # fmt: skip
     if side is not None:
         # Join: everything after the call on the current stream (and the caching

@@ -81,28 +81,10 @@ def _sorted_runs(b_x, i_e, L: tl.constexpr):
 
 
 @triton.jit
-def _list_offsets(p_hist, p_row, NL, CHUNK: tl.constexpr, PB: tl.constexpr):
-    """p_row[l] = CHUNK * sum of cdiv(1 + p_hist[:l], CHUNK) for l = 0 .. NL: where each of
-    one (b, kv head)'s NL block lists starts, every list starting a chunk (p_hist counts
-    from -1, see `block_major.list_scratch`). The loads bypass L1: in the tile-list kernel
-    other programs' atomics wrote p_hist."""
-    carry = tl.full([], 0, tl.int32)
-    i0 = 0
-    while i0 <= NL:  # a `while`: the interpreter cannot take `range` over an argument
-        i_l = i0 + tl.arange(0, PB)
-        b_hist = tl.load(p_hist + i_l, mask=i_l < NL, other=-1, cache_modifier=".cg")
-        b_len = tl.cdiv(b_hist + 1, CHUNK) * CHUNK
-        tl.store(p_row + i_l, carry + tl.cumsum(b_len, 0) - b_len, mask=i_l <= NL)
-        carry += tl.sum(b_len, 0)
-        i0 += PB
-
-
-@triton.jit
 def _tile_list_kernel(
-    IDX, LIST, COUNT, HIST, FLAG, ROW_PTR, DONE, T, NB, N_TILES, MIN_BLOCKS, NW, TPW,
+    IDX, LIST, COUNT, HIST, FLAG, T, NB, N_TILES, MIN_BLOCKS, NW, TPW,
     S: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, L_PAD: tl.constexpr,
-    USE_HIST: tl.constexpr, ZERO_FLAG: tl.constexpr, PREFIX: tl.constexpr,
-    CHUNK: tl.constexpr, PB: tl.constexpr,
+    USE_HIST: tl.constexpr, ZERO_FLAG: tl.constexpr,
 ):  # fmt: skip
     """LIST[bh, tile, :count] = sorted distinct kept blocks of the tile's BLOCK_T * S slots;
     COUNT[bh, tile] = count. Entries past count are left unwritten (never read).
@@ -111,11 +93,7 @@ def _tile_list_kernel(
     too: the fill kernel gives it a place that it leaves empty; one int32 atomic per
     distinct block, not per slot: block 0 of the 'random' pattern is chosen by every
     token); w = tile // TPW, the tile's window of TPW tiles (HIST is [B * Hkv, NW, NB]).
-    ZERO_FLAG: FLAG[bh, tile] = 0 (the forward's non-finite flags, set by later kernels).
-    PREFIX (with USE_HIST): the last program of each (b, kv head) to finish, counted on
-    DONE[bh] (from -1), also writes ROW_PTR[bh] = `_list_offsets` of its finished HIST row,
-    so that no launch of its own is needed for it: every program's hist atomics come before
-    its count (a barrier, then a release), and the last one's acquire sees them all."""
+    ZERO_FLAG: FLAG[bh, tile] = 0 (the forward's non-finite flags, set by later kernels)."""
     pid_t = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_e = tl.arange(0, L_PAD)
@@ -140,13 +118,6 @@ def _tile_list_kernel(
             # A run's last lane adds the run length (its lane - the run's first lane + 1).
             p_hist = HIST + (i_bh.to(tl.int64) * NW + pid_t // TPW) * NB + b_j
             tl.atomic_add(p_hist, i_e - start + 1, mask=last & (b_j < NB), sem="relaxed")
-        if PREFIX:
-            tl.debug_barrier()  # every lane's hist atomics before the release below
-            if tl.atomic_add(DONE + i_bh, 1, sem="acq_rel") == N_TILES - 2:
-                _list_offsets(
-                    HIST + i_bh.to(tl.int64) * NW * NB, ROW_PTR + i_bh.to(tl.int64) * (NW * NB + 1),
-                    NW * NB, CHUNK, PB,
-                )  # fmt: skip
 
 
 def window_tiles(n_tiles, n_windows):
@@ -155,8 +126,7 @@ def window_tiles(n_tiles, n_windows):
 
 
 def tile_block_lists(
-    block_idx, block_size, block_t, hist=None, min_blocks=0, flags=None, tuning=None, key=None,
-    offsets=None,
+    block_idx, block_size, block_t, hist=None, min_blocks=0, flags=None, tuning=None, key=None
 ):  # fmt: skip
     """Per tile of block_t consecutive tokens, the distinct kept blocks its tokens selected.
 
@@ -173,10 +143,6 @@ def tile_block_lists(
         flags: optional int32 [B * Hkv, n_tiles], zero-filled here.
         tuning: an `NsaTuning` (None: the default); its forward.tile_list_warps apply.
         key: the calling wrapper's launch key (`_runtime.launch`), or None.
-        offsets: optional (row_ptr, done, chunk), with hist: row_ptr int32 [B * Hkv, NW *
-            NB + 1] receives where each block list starts (`block_major.block_lists`, lists
-            of whole chunks of `chunk` entries) once hist is complete; done: int32
-            [B * Hkv] filled with -1 (a count of finished tile programs).
     Returns:
         lists: int32 [B * Hkv, n_tiles, block_t * S]; row [bh, i] holds, ascending, the
             count[bh, i] distinct blocks kept by any token of tile i (entries after that are
@@ -191,19 +157,13 @@ def tile_block_lists(
     counts = torch.empty(B * Hkv, n_tiles, dtype=torch.int32, device=block_idx.device)
     NW = 1 if hist is None else hist.shape[1] // NB
     l_pad = _runtime.next_pow2(block_t * S)
-    row_ptr, done, chunk, pb = counts, counts, 1, 1
-    if offsets is not None:
-        row_ptr, done, chunk = offsets
-        # The offsets' step: all of a row's lists at once where they fit list_prefix_block.
-        pb = min(tuning.block_major.list_prefix_block, _runtime.next_pow2(NW * NB + 1))
     _runtime.launch(
         _tile_list_kernel, (n_tiles, B * Hkv),
         block_idx, lists, counts, counts if hist is None else hist,
-        counts if flags is None else flags, row_ptr, done, T, NB, n_tiles, min_blocks,
+        counts if flags is None else flags, T, NB, n_tiles, min_blocks,
         NW, window_tiles(n_tiles, NW),
         S=S, BS=block_size, BLOCK_T=block_t, L_PAD=l_pad,
         USE_HIST=hist is not None, ZERO_FLAG=flags is not None,
-        PREFIX=hist is not None and offsets is not None, CHUNK=chunk, PB=pb,
         direct=tuning.direct_launch, key=key, num_warps=tuning.forward.tile_list_warps,
     )  # fmt: skip
     return lists, counts

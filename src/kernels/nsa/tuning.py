@@ -76,14 +76,8 @@ class BlockMajorTuning:
     # Most tiles a combine program pre-checks in one vector load of their counts, so that a
     # call with no block-handled tile skips the walk (8 values a thread at 16 warps)
     combine_precheck_tiles: int = 4096
-    # Lists per step of the lists' prefix sum (one program per (b, kv head) loops over them)
+    # Lists per step of the prefix-sum kernel (one program per (b, kv head) loops over them)
     prefix_block: int = 4096
-    # The prefix sum run by the last tile-list program of each (b, kv head) instead of a
-    # kernel of its own: one launch fewer per call
-    prefix_in_lists: bool = True
-    # Lists per step of that prefix sum in the tile-list kernel (one warp): 32 a lane keep
-    # the kernel's registers near its sort's own, so its programs stay resident together
-    list_prefix_block: int = 1024
     # Tokens per list window (None: one): a window's q rows are read from DRAM about once
     list_window: int | None = 4096
     # Warps of the fill kernel (per-tile sort and atomics): fastest on the H200
@@ -102,9 +96,8 @@ class BlockMajorTuning:
     chain_pdl: bool = True
 
     def __post_init__(self):
-        for name in ("chain_pdl", "prefix_in_lists"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if not isinstance(self.chain_pdl, bool):
+            raise ValueError(f"chain_pdl must be a bool, got {self.chain_pdl!r}")
 
 
 @dataclass(frozen=True)
