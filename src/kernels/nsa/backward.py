@@ -9,7 +9,7 @@ dS = P * (do v^T - delta), dq = scale * dS k, dk = scale * dS^T q, dv = P^T do.
   (fp32 [B, Hq, T]) for the dk/dv kernel, so no separate pass over o and do is needed.
 * dk/dv without float atomics: block_idx is inverted into a per-(b, kv head, key block) CSR
   list of the query positions that kept the block, tokens ascending (`inverse.py`: a
-  deterministic counting sort in four kernels, no host sync).
+  deterministic counting sort in three launches, no host sync).
   A program owns dk/dv of one key block and loops over its list in chunks of BLOCK_Q tokens x
   G heads, gathering their q, do, lse, delta and lo rows. Load balance: a block chosen by many
   queries (block 0 of the 'random' pattern is chosen by all of them) would be one long serial
