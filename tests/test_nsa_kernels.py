@@ -20,7 +20,6 @@ from kernels.nsa import (
     selection_forward_reference,
     selection_forward_triton,
     tiles,
-    tuning,
 )
 
 TOL = {torch.float32: 1e-5, torch.float16: 1e-2}
@@ -107,8 +106,6 @@ def test_long_lists_split_into_segments(case):
 
 FORWARD_LAUNCHES = ["_tile_list_kernel", "_sel_fwd_kernel", "_sel_fwd_fix_kernel"]
 BLOCK_MAJOR_LAUNCHES = ["_prefix_kernel", "_fill_kernel", "_partial_kernel", "_combine_kernel"]
-# The backward: the inversion's row offsets come with its scan (`invert_ptr_in_scan`), or
-# from a kernel of their own after it.
 BACKWARD_LAUNCHES = [
     "_tile_list_kernel", "_sel_bwd_dq_kernel", "_sel_bwd_dq_kernel", "_inv_sort_kernel",
     "_inv_scan_kernel", "_inv_fill_kernel", "_sel_bwd_dkdv_kernel",
@@ -116,21 +113,15 @@ BACKWARD_LAUNCHES = [
 
 
 @pytest.mark.parametrize(
-    "T,chunks,block_phase,reduce,in_one",
-    [
-        (64, None, False, False, True), (65, None, True, False, True),
-        (65, None, True, False, False), (64, 1, False, True, True),
-    ],
-)  # fmt: skip
-def test_each_call_launches_only_what_can_do_work(
-    monkeypatch, T, chunks, block_phase, reduce, in_one
-):  # fmt: skip
+    "T,chunks,block_phase,reduce",
+    [(64, None, False, False), (65, None, True, False), (64, 1, False, True)],
+)
+def test_each_call_launches_only_what_can_do_work(monkeypatch, T, chunks, block_phase, reduce):
     """G=4, block 16, S=2 (block-path threshold 2 S = 4 blocks): the forward launches the
     block-major phase only where a tile can keep more than 4 blocks (NB = 5 at T=65, 4 at
     64), and the backward the segment reduce only where a list can be split (T * S entries
-    over one segment of segment_chunks * 32; segment_chunks=1 makes it 32). in_one off
-    (`invert_ptr_in_scan`): the inversion's row-offset kernel launches on its own. Results
-    are checked against the reference either way."""
+    over one segment of segment_chunks * 32; segment_chunks=1 makes it 32). Results are
+    checked against the reference either way."""
     from kernels import _runtime
 
     names = []
@@ -141,8 +132,7 @@ def test_each_call_launches_only_what_can_do_work(
         return real(kernel, grid, *args, **kwargs)
 
     monkeypatch.setattr(_runtime, "launch", record)
-    t = tuned(segment_chunks=chunks or tuning.DEFAULT.backward.segment_chunks,
-              invert_ptr_in_scan=in_one)  # fmt: skip
+    t = tuned(segment_chunks=chunks) if chunks else None
     B, Hq, Hkv, D, bs, S = 1, 4, 1, 32, 16, 2
     q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=T + 7)
     do = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=T + 8)[0]
@@ -154,9 +144,7 @@ def test_each_call_launches_only_what_can_do_work(
         FORWARD_LAUNCHES[:2] + (BLOCK_MAJOR_LAUNCHES if block_phase else []) + FORWARD_LAUNCHES[2:]
     )
     assert forward_names == want
-    backward = BACKWARD_LAUNCHES[:5] + (["_inv_ptr_kernel"] if not in_one else [])
-    backward += BACKWARD_LAUNCHES[5:] + (["_sel_bwd_reduce_kernel"] if reduce else [])
-    assert names == backward
+    assert names == BACKWARD_LAUNCHES + (["_sel_bwd_reduce_kernel"] if reduce else [])
     ro, _, rgrads = reference(q, k, v, idx, bs, do)
     assert rel_err(o, ro) < TOL[q.dtype]
     for got, ref in zip(grads, rgrads, strict=True):
@@ -232,18 +220,18 @@ def segments_want(lists, seg_len, n_entries):
 
 @pytest.mark.parametrize("unique", [True, False])
 @pytest.mark.parametrize("slots", [16, 1024])
-@pytest.mark.parametrize("buckets,in_scan", [(16, True), (1, True), (1, False)])
-def test_inverted_lists_whole_layout(monkeypatch, unique, slots, buckets, in_scan):
+@pytest.mark.parametrize("buckets", [16, 1])
+def test_inverted_lists_whole_layout(monkeypatch, unique, slots, buckets):
     """Every entry of row_ptr, col and the segments (lists split at 4 entries) against plain
     Python, with repeats, dropped and out-of-range slots, and T not a multiple of the
     inversion's tiles (16 slots: 5 tokens a tile) or of block_size. The row offsets come
-    from the last of the scan's programs of each row (`invert_ptr_in_scan`: one program, or
-    one a bucket) or from a kernel of their own; the buffers are poisoned first."""
+    from the last of the scan's programs of each row (one program, or one a bucket); the
+    buffers are poisoned first."""
     B, Hkv, T, bs, S = 2, 2, 45, 16, 3
     idx = odd_block_idx(B, Hkv, T, bs, S, seed=21)
     idx[0, 1, 10:40] = torch.tensor([0, 0, 1], dtype=idx.dtype)  # long list, repeats
     seg_len = 4
-    t = tuned(invert_tile_slots=slots, invert_scan_buckets=buckets, invert_ptr_in_scan=in_scan)
+    t = tuned(invert_tile_slots=slots, invert_scan_buckets=buckets)
     real_empty = torch.empty
 
     def poisoned_empty(*args, **kwargs):  # every scratch buffer starts as garbage

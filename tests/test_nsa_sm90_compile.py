@@ -31,7 +31,7 @@ def test_kernels_compile_for_sm90():
     }
     for name in ("_sel_fwd_kernel", "_partial_kernel", "_combine_kernel", "_sel_bwd_dq_kernel",
                  "_sel_bwd_dkdv_kernel", "_inv_sort_kernel", "_inv_scan_kernel",
-                 "_inv_ptr_kernel", "_inv_fill_kernel"):  # fmt: skip
+                 "_inv_fill_kernel"):  # fmt: skip
         assert name in kernels, r.stdout
     bars = [
         int(kv.split("=")[1])

@@ -13,9 +13,8 @@ order. A deterministic counting sort in four steps, with no host sync and no tor
    each bucket's run in HIST[bh, tile, bucket] (the program zeroes its own HIST row first).
 2. `_inv_scan_kernel`: per (b, kv head) and bucket, the exclusive prefix sum of HIST over
    the tiles (in place: each tile's first place within the bucket) and the bucket's total.
-3. `_row_ptr`, one program per (b, kv head), the last scan program of each to finish
-   (`invert_ptr_in_scan`; otherwise `_inv_ptr_kernel`, a launch of its own): ROW_PTR =
-   exclusive prefix sum of the
+3. `_row_ptr`, run by the last scan program of each (b, kv head) to finish (no launch of
+   its own): ROW_PTR = exclusive prefix sum of the
    totals of buckets 0 .. NB - 1, so the dropped slots (bucket NB) come after every list.
    With SPLIT it also cuts each list into segments of at most SEG_LEN entries for the dk/dv
    kernel's load balance (see `backward.py`): SEG_START and PART_START, prefix sums of the
@@ -89,15 +88,14 @@ def _inv_sort_kernel(
 @triton.jit
 def _inv_scan_kernel(
     HIST, TOTAL, DONE, ROW_PTR, SEG_BLOCK, SEG_START, PART_START, NB, N_TILES, NSEG, SEG_LEN,
-    JB: tl.constexpr, TB: tl.constexpr, PTR: tl.constexpr, PB: tl.constexpr,
-    SPLIT: tl.constexpr,
+    JB: tl.constexpr, TB: tl.constexpr, PB: tl.constexpr, SPLIT: tl.constexpr,
 ):  # fmt: skip
     """Step 2 for buckets pid * JB .. + JB - 1 of one (b, kv head): HIST[bh, tile, bucket]
     becomes the bucket's count in the tiles before it; TOTAL[bh, bucket] its count in all.
-    PTR: the last of the (b, kv head)'s programs to finish, counted on DONE[bh] (from -1,
-    as the sort kernel leaves it), also runs step 3 (`_row_ptr`) on the finished TOTAL row,
-    so that step 3 needs no launch of its own: every program's TOTAL stores come before
-    its count (a barrier, then a release), and the last one's acquire sees them all."""
+    The last of the (b, kv head)'s programs to finish, counted on DONE[bh] (from -1, as
+    the sort kernel leaves it), also runs step 3 (`_row_ptr`) on the finished TOTAL row, so
+    that step 3 needs no launch of its own: every program's TOTAL stores come before its
+    count (a barrier, then a release), and the last one's acquire sees them all."""
     i_bh = tl.program_id(1)
     i_b = tl.program_id(0) * JB + tl.arange(0, JB)
     p_hist = HIST + i_bh.to(tl.int64) * N_TILES * (NB + 1) + i_b[None, :]
@@ -112,25 +110,11 @@ def _inv_scan_kernel(
         carry += tl.sum(b_n, 0)
         t0 += TB
     tl.store(TOTAL + i_bh.to(tl.int64) * (NB + 1) + i_b, carry, mask=i_b <= NB)
-    if PTR:
-        tl.debug_barrier()  # every lane's TOTAL stores before the release below
-        if tl.atomic_add(DONE + i_bh, 1, sem="acq_rel") == tl.num_programs(0) - 2:
-            _row_ptr(
-                TOTAL, ROW_PTR, SEG_BLOCK, SEG_START, PART_START, i_bh, NB, NSEG, SEG_LEN, PB,
-                SPLIT,
-            )  # fmt: skip
-
-
-@triton.jit
-def _inv_ptr_kernel(
-    TOTAL, ROW_PTR, SEG_BLOCK, SEG_START, PART_START, NB, NSEG, SEG_LEN,
-    PB: tl.constexpr, SPLIT: tl.constexpr,
-):  # fmt: skip
-    """Step 3 for one (b, kv head) as a launch of its own (`invert_ptr_in_scan` off)."""
-    _row_ptr(
-        TOTAL, ROW_PTR, SEG_BLOCK, SEG_START, PART_START, tl.program_id(0), NB, NSEG, SEG_LEN,
-        PB, SPLIT,
-    )  # fmt: skip
+    tl.debug_barrier()  # every lane's TOTAL stores before the release below
+    if tl.atomic_add(DONE + i_bh, 1, sem="acq_rel") == tl.num_programs(0) - 2:
+        _row_ptr(
+            TOTAL, ROW_PTR, SEG_BLOCK, SEG_START, PART_START, i_bh, NB, NSEG, SEG_LEN, PB, SPLIT
+        )  # fmt: skip
 
 
 @triton.jit
@@ -139,7 +123,7 @@ def _row_ptr(
     PB: tl.constexpr, SPLIT: tl.constexpr,
 ):  # fmt: skip
     """Step 3 for (b, kv head) i_bh: ROW_PTR, and with SPLIT the segments (module doc).
-    TOTAL is read past L1: in the scan kernel other programs wrote it."""
+    TOTAL is read past L1: other programs of the scan kernel wrote it."""
     o_row = i_bh.to(tl.int64) * (NB + 1)
     p_seg = SEG_BLOCK + i_bh.to(tl.int64) * NSEG
     entries = tl.full([], 0, tl.int32)
@@ -236,22 +220,13 @@ def inverted_lists(block_idx, block_size, unique=True, seg_len=None, tuning=None
         seg_start = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
         part_start = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
         segments = (seg_block, seg_start, part_start, max(1, 2 * T * S // seg_len))
-    jb, ptr_in_scan = t.invert_scan_buckets, t.invert_ptr_in_scan
-    ptr_args = (row_ptr, seg_block, seg_start, part_start)
+    jb = t.invert_scan_buckets
     _runtime.launch(
         _inv_scan_kernel, (_runtime.cdiv(NB + 1, jb), BH),
-        hist, total, done, *ptr_args, NB, n_tiles, n_seg, seg_len or 1,
-        JB=jb, TB=t.invert_scan_tiles, PTR=ptr_in_scan,
-        PB=t.invert_prefix_block if ptr_in_scan else 1,
-        SPLIT=ptr_in_scan and seg_len is not None, direct=direct, key=key, num_warps=4,
+        hist, total, done, row_ptr, seg_block, seg_start, part_start, NB, n_tiles, n_seg,
+        seg_len or 1, JB=jb, TB=t.invert_scan_tiles, PB=t.invert_prefix_block,
+        SPLIT=seg_len is not None, direct=direct, key=key, num_warps=4,
     )  # fmt: skip
-    if not ptr_in_scan:
-        _runtime.launch(
-            _inv_ptr_kernel, (BH,),
-            total, *ptr_args, NB, n_seg, seg_len or 1,
-            PB=t.invert_prefix_block, SPLIT=seg_len is not None, direct=direct, key=key,
-            num_warps=4,
-        )  # fmt: skip
     col = torch.empty(BH, T * S, dtype=torch.int32, device=dev)
     _runtime.launch(
         _inv_fill_kernel, (n_tiles, BH),
@@ -278,8 +253,8 @@ def invert_block_idx(block_idx, block_size, unique=True, tuning=None):
         col: int32 [B * Hkv, T * S] query positions, ascending within each block; entries
             past row_ptr[., NB] are the dropped slots' positions (with unique, the repeats'
             too), ascending.
-    Three kernel launches (four with `invert_ptr_in_scan` off; module doc), no host sync;
-    the result does not depend on the launch order.
+    Three kernel launches (module doc), no host sync; the result does not depend on the
+    launch order.
     """
     _checks.check_block_idx_arg(block_idx, block_size)
     row_ptr, col, _ = inverted_lists(block_idx, block_size, unique=unique, tuning=tuning)

@@ -129,9 +129,6 @@ class BackwardTuning:
     invert_scan_tiles: int = 256
     # Blocks per step of the inversion's prefix-sum program (one per (b, kv head))
     invert_prefix_block: int = 1024
-    # The inversion's row offsets run by the last scan program of each (b, kv head) instead
-    # of a kernel of its own: one launch fewer per call
-    invert_ptr_in_scan: bool = True
 
 
 @dataclass(frozen=True)
