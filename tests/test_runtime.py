@@ -85,7 +85,7 @@ def test_launch_second_call_goes_direct_with_constexprs_in_signature_order(fake)
     assert fake.jit_calls[0] == ((4, 2), (x, 5, 0.5, True), {"BLOCK": 16, "num_warps": 4})
     # grid padded to 3-D, the current stream, handle, packed metadata, no hooks, then every
     # parameter in order: the runtime ones, BLOCK, and MODE at its default.
-    want = (4, 2, 1, 7, "handle", "packed", None, None, None, x, 5, 0.5, True, 16, "a")
+    want = (4, 2, 1, 7, "handle", "packed", None, None, None, x.data_ptr(), 5, 0.5, True, 16, "a")
     assert fake.runs == [want, want]
 
 
@@ -141,8 +141,8 @@ def test_launch_same_specialization_shares_a_plan(fake):
     y = torch.zeros(4)
     _runtime.launch(fake, (3,), y, 7, 2.5, True, BLOCK=16)
     assert len(fake.jit_calls) == 1
-    assert fake.runs == [(3, 1, 1, 7, "handle", "packed", None, None, None, y, 7, 2.5, True,
-                          16, "a")]  # fmt: skip
+    assert fake.runs == [(3, 1, 1, 7, "handle", "packed", None, None, None, y.data_ptr(), 7,
+                          2.5, True, 16, "a")]  # fmt: skip
 
 
 def test_keyed_launch_goes_direct_on_the_callers_key(fake, monkeypatch):
@@ -155,8 +155,8 @@ def test_keyed_launch_goes_direct_on_the_callers_key(fake, monkeypatch):
     _runtime.launch(fake, (2,), x, 5, 0.5, True, BLOCK=16, key=key)
     _runtime.launch(fake, (2,), x, 32, 0.5, True, BLOCK=16, key=_runtime.LaunchKey("call", 1))
     assert len(fake.jit_calls) == 1
-    assert fake.runs == [(2, 1, 1, 7, "handle", "packed", None, None, None, x, 32, 0.5, True,
-                          16, "a")]  # fmt: skip
+    assert fake.runs == [(2, 1, 1, 7, "handle", "packed", None, None, None, x.data_ptr(), 32,
+                          0.5, True, 16, "a")]  # fmt: skip
     _runtime.launch(fake, (2,), x, 32, 0.5, True, BLOCK=16, key=_runtime.LaunchKey("call", 2))
     assert len(fake.jit_calls) == 2
 

@@ -288,8 +288,16 @@ def _run(plan, grid, stream, args):
     else:
         meta = compiled.launch_metadata(grid, stream, *args, *tail)
     n = len(grid)
+    # Tensors go to the launcher as their addresses. Given a tensor, Triton's launcher calls
+    # its data_ptr() and then asks the driver whether that address is device memory
+    # (cuPointerGetAttribute), for every pointer of every launch; an integer it passes as
+    # it is. The callers have checked their tensors' devices before launching.
     compiled.run(
         grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, stream, compiled.function,
-        compiled.packed_metadata, meta, enter, leave, *args, *tail,
+        compiled.packed_metadata, meta, enter, leave,
+        *[a.data_ptr() if type(a) is _Tensor else a for a in args], *tail,
     )  # fmt: skip
     return compiled
+
+
+_Tensor = torch.Tensor
