@@ -9,6 +9,7 @@ import pytest
 import torch
 from test_nsa_reference import odd_block_idx, qkv, rel_err, tuned
 
+from kernels import _runtime
 from kernels.nsa import (
     _checks,
     inverse,
@@ -444,3 +445,33 @@ def test_single_token():
     assert rel_err(dv, do.view(2, 2, 2, 1, 32).sum(2)) < 1e-6
     # Analytically zero; fp32 rounding of dP - delta leaves ~1e-7 * |do . v| per term.
     assert dq.abs().max() < 5e-6 and dk.abs().max() < 5e-6
+
+
+def test_later_calls_take_their_temporaries_from_one_allocation(monkeypatch):
+    """A key's first forward and backward allocate their integer temporaries one by one and
+    record the layout; later calls carve them from one allocation (`_runtime.Scratch`).
+    Every allocation is poisoned; the block-major phase runs (schedule "blocks", so the
+    forward's row offsets are carved too) and the dk/dv lists are split. Both calls match
+    the reference and each other bit for bit."""
+    monkeypatch.setattr(_runtime, "_layouts", {})
+    real_empty = torch.empty
+    made = []
+
+    def poisoned_empty(*args, **kwargs):
+        x = real_empty(*args, **kwargs)
+        made.append(x.dtype)
+        return x.fill_(-7) if not x.is_floating_point() else x.fill_(float("nan"))
+
+    monkeypatch.setattr(torch, "empty", poisoned_empty)
+    B, Hq, Hkv, T, D, bs, S = 1, 8, 2, 75, 32, 16, 3
+    q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=31)
+    do = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=32)[0]
+    idx = make_idx("odd", B, Hkv, T, bs, S)
+    t = tuned(schedule="blocks", segment_chunks=1)
+    first = check_against_reference(q, k, v, idx, bs, do, tuning=t)
+    n_first, made[:] = len(made), []
+    second = check_against_reference(q, k, v, idx, bs, do, tuning=t)
+    assert len(made) == n_first - 14, (n_first, len(made))  # 4 + 12 buffers, 2 allocations
+    assert made.count(torch.uint8) == 2  # the forward's and the backward's scratch
+    for a, b in zip((*first[:2], *first[2]), (*second[:2], *second[2]), strict=True):
+        assert torch.equal(a, b)

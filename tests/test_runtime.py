@@ -260,6 +260,72 @@ def test_launch_direct_path_needs_a_compiled_jit_function():
     assert _runtime.direct_supported(_Jit()) is False
 
 
+# `Scratch`: a call's temporaries from one allocation.
+
+_SPECS = [
+    ((3, 5), torch.int32),
+    ((7,), torch.int64),
+    ((2, 3, 4), torch.float32),
+    ((1,), torch.int32),
+]
+
+
+def _scratch_call(key, specs=_SPECS, close=True):
+    s = _runtime.Scratch(torch.device("cpu"), key)
+    out = [s.empty(shape, dtype) for shape, dtype in specs]
+    if close:
+        s.close()
+    return out
+
+
+def test_scratch_first_call_records_later_calls_carve_one_allocation(monkeypatch):
+    key = _runtime.LaunchKey("scratch test", 1)
+    made = []
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **kw: made.append(a) or real_empty(*a, **kw))
+    _scratch_call(key)
+    assert len(made) == len(_SPECS)  # its own allocation each
+    made.clear()
+    for _ in range(2):
+        views = _scratch_call(key)
+        assert len(made) == 1  # one allocation, carved
+        made.clear()
+        base = views[0].untyped_storage().data_ptr()
+        spans = []
+        for x, (shape, dtype) in zip(views, _SPECS, strict=True):
+            assert x.shape == shape and x.dtype == dtype and x.is_contiguous()
+            assert x.untyped_storage().data_ptr() == base  # one storage
+            assert (x.data_ptr() - base) % _runtime.SCRATCH_ALIGN == 0
+            assert x.data_ptr() % 16 == 0  # as Triton specializes an aligned pointer
+            spans.append((x.data_ptr(), x.data_ptr() + x.numel() * x.element_size()))
+            x.fill_(1)  # every view is writable over its whole extent
+        spans.sort()
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))  # disjoint
+
+
+def test_scratch_refuses_a_call_that_leaves_its_recorded_layout():
+    key = _runtime.LaunchKey("scratch test", 2)
+    _scratch_call(key)
+    other = [(_SPECS[0][0], torch.int64)] + _SPECS[1:]
+    with pytest.raises(RuntimeError, match="differs from the layout"):
+        _scratch_call(key, other)
+    with pytest.raises(RuntimeError, match="differs from the layout"):
+        _scratch_call(key, _SPECS + [((1,), torch.int32)])
+    with pytest.raises(RuntimeError, match="has 4"):
+        _scratch_call(key, _SPECS[:3])
+
+
+def test_scratch_records_only_a_closed_call_and_no_key_allocates_plainly():
+    key = _runtime.LaunchKey("scratch test", 3)
+    _scratch_call(key, close=False)  # a call that raised half way
+    assert key not in _runtime._layouts
+    _scratch_call(key, _SPECS[:2])
+    assert len(_runtime._layouts[key][1]) == 2
+    a, b = _scratch_call(None), _scratch_call(None)
+    assert a[0].untyped_storage().data_ptr() != a[1].untyped_storage().data_ptr()
+    assert [x.shape for x in a] == [x.shape for x in b]
+
+
 # On a GPU: real compiled kernels through the direct path.
 
 

@@ -266,6 +266,95 @@ class LaunchKey:
         return f"LaunchKey{self.parts!r}"
 
 
+# A call's temporaries in one allocation.
+#
+# Each `torch.empty` on a CUDA device goes through the caching allocator (a lock, a search of
+# its free blocks, bookkeeping) and the dispatcher: microseconds of host time, and an eager
+# call makes a dozen of them for buffers that live only until it returns. A `Scratch` hands
+# out those buffers as views of one allocation instead. Which buffers a call needs (their
+# shapes and dtypes, in order) is determined by the same key as its launches, so the first
+# call with a key allocates each buffer on its own and records the sequence; later calls
+# with that key allocate the recorded total once and carve the views from it, each a
+# multiple of SCRATCH_ALIGN bytes past its start (CUDA allocations start on 512-byte
+# boundaries, so every view is as aligned as its own allocation would be, which Triton
+# specializes on). A request that differs from the recorded one at its place
+# raises: the key failed to determine the allocations.
+SCRATCH_ALIGN = 256
+_layouts = {}  # caller key -> (total bytes, ((shape, dtype, stride, byte offset), ...))
+
+
+def _strides(shape):
+    """Contiguous strides of `shape`, in elements."""
+    stride, out = 1, []
+    for n in reversed(shape):
+        out.append(stride)
+        stride *= max(n, 1)
+    return tuple(reversed(out))
+
+
+class Scratch:
+    """The temporaries of one call (module comment above).
+
+    `Scratch(device, key)`; then `empty(shape, dtype)` per buffer, in the same order on
+    every call with `key`, and `close()` once the call has made all of them (only a closed
+    first call records its layout). With key None, `empty` is `torch.empty`. Buffers are
+    uninitialised, as `torch.empty`'s; all of them share one lifetime: the allocation is
+    freed once every view of it is.
+    """
+
+    __slots__ = ("device", "key", "_layout", "_views", "_made", "_i")
+
+    def __init__(self, device, key=None):
+        self.device, self.key, self._i = device, key, 0
+        self._layout = _layouts.get(key) if key is not None else None
+        self._views = None  # one view of the allocation per dtype, made on first use
+        self._made = [] if key is not None and self._layout is None else None
+
+    def empty(self, shape, dtype):
+        """An uninitialised `dtype` tensor of `shape` (a tuple of ints), contiguous."""
+        layout = self._layout
+        if layout is None:
+            x = torch.empty(shape, dtype=dtype, device=self.device)
+            if self._made is not None:
+                self._made.append((tuple(shape), dtype))
+            return x
+        total, parts = layout
+        i = self._i
+        if i >= len(parts) or parts[i][0] != shape or parts[i][1] is not dtype:
+            raise RuntimeError(
+                f"scratch request {i} ({tuple(shape)}, {dtype}) differs from the layout "
+                f"recorded for key {self.key!r}"
+            )
+        self._i = i + 1
+        _, _, stride, offset = parts[i]
+        views = self._views
+        if views is None:
+            views = self._views = {}
+        base = views.get(dtype)
+        if base is None:
+            if not views:
+                views[torch.uint8] = torch.empty(total, dtype=torch.uint8, device=self.device)
+            base = views[dtype] = views[torch.uint8].view(dtype)
+        return base.as_strided(shape, stride, offset // base.element_size())
+
+    def close(self):
+        """The call made every buffer: on the first call with the key, record the layout."""
+        if self._made is not None and self.key not in _layouts:
+            parts, total = [], 0
+            for shape, dtype in self._made:
+                parts.append((shape, dtype, _strides(shape), total))
+                nbytes = dtype.itemsize
+                for n in shape:
+                    nbytes *= n
+                total += -(-nbytes // SCRATCH_ALIGN) * SCRATCH_ALIGN
+            _layouts[self.key] = (max(total, SCRATCH_ALIGN), tuple(parts))
+        elif self._layout is not None and self._i != len(self._layout[1]):
+            raise RuntimeError(
+                f"the call made {self._i} scratch buffers, the layout recorded for key "
+                f"{self.key!r} has {len(self._layout[1])}"
+            )
+
+
 def aligned(*tensors):
     """Which of `tensors` start on a 16-byte boundary (what Triton specializes a pointer
     on), as one int, bit i for tensor i: the part of a `launch` key that the inputs' data

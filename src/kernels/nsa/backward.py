@@ -369,10 +369,12 @@ def renormalise(dtype):
     return dtype == torch.float32
 
 
-def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale, tuning, key):
+def _dq_and_delta(
+    q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale, tuning, key, scratch
+):  # fmt: skip
     """Run the dq kernel; returns (dq, delta, lse_lo), the last two fp32 [B, Hq, T]: delta =
     rowsum(o * do) and the base-2 correction of lse (None unless `renormalise`). Its tile
-    lists are freed on return."""
+    lists come from `scratch`."""
     dq = _checks.new_empty(q.shape, q.dtype, q.device)
     delta = _checks.new_empty(q.shape[:3], torch.float32, q.device)
     renorm = renormalise(q.dtype)
@@ -380,10 +382,12 @@ def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale, tu
     bt = tuning.backward
     rows = tuning.forward.tile_rows if bt.dq_rows is None else bt.dq_rows
     block_g, block_t, prec = tile_config(dims.G, q.dtype, rows)
-    lists, counts = tile_block_lists(block_idx, block_size, block_t, tuning=tuning, key=key)
+    lists, counts = tile_block_lists(
+        block_idx, block_size, block_t, tuning=tuning, key=key, scratch=scratch
+    )  # fmt: skip
     grid = (_runtime.cdiv(dims.T, block_t), dims.B * dims.Hkv)
     # One int32 per tile, written by the plain launch for every tile, read by the SAFE one.
-    redo = torch.empty(grid[0] * grid[1], dtype=torch.int32, device=q.device)
+    redo = scratch.empty((grid[0] * grid[1],), torch.int32)
     for_loop = use_for_loop()
     for safe in (False, True):
         _runtime.launch(
@@ -400,8 +404,11 @@ def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale, tu
     return dq, delta, lse_lo
 
 
-def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scale, tuning, key):
-    """Run the dk/dv kernels over the inverted index; returns (dk, dv)."""
+def _dk_dv(
+    q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scale, tuning, key, scratch
+):  # fmt: skip
+    """Run the dk/dv kernels over the inverted index (its buffers from `scratch`); returns
+    (dk, dv)."""
     dk = _checks.new_empty(k.shape, k.dtype, k.device)
     dv = _checks.new_empty(v.shape, v.dtype, v.device)
     block_g, _, prec = tile_config(dims.G, q.dtype, 1)
@@ -409,7 +416,8 @@ def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scal
     block_q = max(1, bt.dkdv_rows // block_g)
     seg_len = block_q * bt.segment_chunks
     row_ptr, col, segments = inverted_lists(
-        block_idx, block_size, unique=False, seg_len=seg_len, tuning=tuning, key=key
+        block_idx, block_size, unique=False, seg_len=seg_len, tuning=tuning, key=key,
+        scratch=scratch,
     )  # fmt: skip
     seg_block, seg_start, part_start, n_part = segments
     BH = dims.B * dims.Hkv
@@ -465,10 +473,14 @@ def selection_backward_triton(
         "bwd", dims, q.dtype, block_idx.dtype, tuning,
         _runtime.aligned(q, k, v, block_idx, do, o, lse),
     )  # fmt: skip
+    # The call's integer temporaries (tile lists, the inversion) in one allocation.
+    scratch = _runtime.Scratch(q.device, key)
     dq, delta, lse_lo = _dq_and_delta(
-        q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale, tuning, key
+        q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale, tuning, key, scratch
     )
     dk, dv = _dk_dv(
-        q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scale, tuning, key
-    )
+        q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scale, tuning, key,
+        scratch,
+    )  # fmt: skip
+    scratch.close()
     return dq, dk, dv

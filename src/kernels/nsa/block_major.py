@@ -481,7 +481,7 @@ def list_scratch(dims, block_t, element_size, device, tuning=None):
 
 def block_lists(
     block_idx, counts, hist, min_blocks, block_size, block_t, chunk, part_l, tuning=None,
-    col=None, code=None, key=None, pdl=False,
+    col=None, code=None, key=None, pdl=False, scratch=None,
 ):  # fmt: skip
     """Per (b, kv head, window, key block), the kept slots of the window's block-handled
     tiles that chose the block.
@@ -503,6 +503,8 @@ def block_lists(
         key: the calling wrapper's launch key (`_runtime.launch`), or None.
         pdl: launch the fill kernel as a programmatic dependent of the prefix kernel
             (`chain_pdl`; only where `_runtime.pdl_supported`).
+        scratch: the calling wrapper's `_runtime.Scratch`, which row_ptr comes from, or
+            None (its own allocation).
     Returns:
         row_ptr: int32 [B * Hkv, NL + 1] (NL = NW * NB lists, list w * NB + j for block j
             in window w), multiples of chunk; list l's places of row bh are
@@ -523,7 +525,7 @@ def block_lists(
     NB = _runtime.cdiv(T, block_size)
     NW = NL // NB
     L = T * S + NL * chunk
-    row_ptr = torch.empty(BH, NL + 1, dtype=torch.int32, device=dev)
+    row_ptr = (scratch or _runtime.Scratch(dev)).empty((BH, NL + 1), torch.int32)
     if col is None:
         col = torch.full((BH, L), -1, dtype=torch.int32, device=dev)  # -1: padding
     if code is None:
@@ -547,7 +549,7 @@ def block_lists(
 
 def block_major_forward(
     q, k, v, block_idx, counts, hist, col, code, min_blocks, o, lse, flags, dims, block_t,
-    qk_scale, tuning, key=None, interpreted=None,
+    qk_scale, tuning, key=None, interpreted=None, scratch=None,
 ):  # fmt: skip
     """Write o and lse of the block-handled tiles (called by `selection_forward_triton`).
 
@@ -564,6 +566,7 @@ def block_major_forward(
         tuning: the forward's `NsaTuning`; its block_major settings apply.
         key: the forward's launch key (`_runtime.launch`), or None.
         interpreted: whether Triton's interpreter runs the kernels (None: read it here).
+        scratch: the forward's `_runtime.Scratch` (for `block_lists`), or None.
     """
     t, direct = tuning.block_major, tuning.direct_launch
     BH = dims.B * dims.Hkv
@@ -578,7 +581,7 @@ def block_major_forward(
     pdl = t.chain_pdl and not interpreted and _runtime.pdl_supported(q.device)
     row_ptr, col, code = block_lists(
         block_idx, counts, hist, min_blocks, dims.block_size, block_t, chunk, part_l, tuning,
-        col=col, code=code, key=key, pdl=pdl,
+        col=col, code=code, key=key, pdl=pdl, scratch=scratch,
     )  # fmt: skip
     n_lists = row_ptr.shape[1] - 1
     n_chunks = _runtime.cdiv(dims.T * dims.S, chunk) + n_lists  # the most any row can have

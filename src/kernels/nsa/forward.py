@@ -375,10 +375,12 @@ def selection_forward_triton(
             dims, block_t, q.element_size(), q.device, tuning
         )  # fmt: skip
     grid = (_runtime.cdiv(dims.T, block_t), dims.B * dims.Hkv)
-    flags = torch.empty(grid[1], grid[0], dtype=torch.int32, device=q.device)
+    # The call's integer temporaries (flags, tile lists, row offsets) in one allocation.
+    scratch = _runtime.Scratch(q.device, key)
+    flags = scratch.empty((grid[1], grid[0]), torch.int32)
     lists, counts = tile_block_lists(
         block_idx, block_size, block_t, hist, min_blocks or 0, flags=flags, tuning=tuning,
-        key=key,
+        key=key, scratch=scratch,
     )  # fmt: skip
     qk_scale = dims.scale * LOG2E
     for_loop = use_for_loop()
@@ -400,8 +402,9 @@ def selection_forward_triton(
     if hist is not None:
         block_major.block_major_forward(
             q, k, v, block_idx, counts, hist, col, code, min_blocks, o, lse, flags, dims,
-            block_t, qk_scale, tuning, key=key, interpreted=not for_loop,
+            block_t, qk_scale, tuning, key=key, interpreted=not for_loop, scratch=scratch,
         )  # fmt: skip
+    scratch.close()
     if side is not None:
         # Join: everything after the call on the current stream (and the caching
         # allocator's reuse of this call's temporaries, allocated on it) waits for the tile

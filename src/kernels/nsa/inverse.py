@@ -181,7 +181,9 @@ def _inv_fill_kernel(
     tl.store(COL + i_bh.to(tl.int64) * T * S + place, i_t, mask=real)
 
 
-def inverted_lists(block_idx, block_size, unique=True, seg_len=None, tuning=None, key=None):
+def inverted_lists(
+    block_idx, block_size, unique=True, seg_len=None, tuning=None, key=None, scratch=None
+):
     """(row_ptr, col, segments) of block_idx's inverse (module doc); segments is None
     unless seg_len is given, else (seg_block, seg_start, part_start, n_part) as
     backward.py's dk/dv kernels read them:
@@ -189,7 +191,8 @@ def inverted_lists(block_idx, block_size, unique=True, seg_len=None, tuning=None
     seg_start and part_start int32 [BH, NB + 1], and n_part = max(1, 2 * T * S // seg_len)
     partial slots per (b, kv head) (a split list has count > seg_len, so its
     cdiv(count, seg_len) < 2 * count / seg_len slots). block_idx: checked by the caller;
-    key: the calling wrapper's launch key (`_runtime.launch`), or None."""
+    key: the calling wrapper's launch key (`_runtime.launch`), or None; scratch: its
+    `_runtime.Scratch`, which every buffer comes from, or None (their own allocations)."""
     tuning = resolve(tuning)
     t, direct = tuning.backward, tuning.direct_launch
     B, Hkv, T, S = block_idx.shape
@@ -199,11 +202,12 @@ def inverted_lists(block_idx, block_size, unique=True, seg_len=None, tuning=None
     n_tiles = _runtime.cdiv(T, tt)
     l_pad = _runtime.next_pow2(tt * S)
     key64 = (NB + 2) * tt > 2**31 - 1
-    keys = torch.empty(BH, n_tiles * l_pad, dtype=torch.int64 if key64 else torch.int32, device=dev)
-    hist = torch.empty(BH, n_tiles, NB + 1, dtype=torch.int32, device=dev)
-    total = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
-    row_ptr = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
-    done = torch.empty(BH, dtype=torch.int32, device=dev)  # the scan's count
+    new = (scratch or _runtime.Scratch(dev)).empty
+    keys = new((BH, n_tiles * l_pad), torch.int64 if key64 else torch.int32)
+    hist = new((BH, n_tiles, NB + 1), torch.int32)
+    total = new((BH, NB + 1), torch.int32)
+    row_ptr = new((BH, NB + 1), torch.int32)
+    done = new((BH,), torch.int32)  # the scan's count
     _runtime.launch(
         _inv_sort_kernel, (n_tiles, BH),
         block_idx, keys, hist, done, T, NB, S=S, BS=block_size, TT=tt, L_PAD=l_pad,
@@ -216,9 +220,9 @@ def inverted_lists(block_idx, block_size, unique=True, seg_len=None, tuning=None
         n_seg = 0
     else:
         n_seg = NB + T * S // seg_len
-        seg_block = torch.empty(BH, n_seg, dtype=torch.int32, device=dev)
-        seg_start = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
-        part_start = torch.empty(BH, NB + 1, dtype=torch.int32, device=dev)
+        seg_block = new((BH, n_seg), torch.int32)
+        seg_start = new((BH, NB + 1), torch.int32)
+        part_start = new((BH, NB + 1), torch.int32)
         segments = (seg_block, seg_start, part_start, max(1, 2 * T * S // seg_len))
     jb = t.invert_scan_buckets
     _runtime.launch(
@@ -227,7 +231,7 @@ def inverted_lists(block_idx, block_size, unique=True, seg_len=None, tuning=None
         seg_len or 1, JB=jb, TB=t.invert_scan_tiles, PB=t.invert_prefix_block,
         SPLIT=seg_len is not None, direct=direct, key=key, num_warps=4,
     )  # fmt: skip
-    col = torch.empty(BH, T * S, dtype=torch.int32, device=dev)
+    col = new((BH, T * S), torch.int32)
     _runtime.launch(
         _inv_fill_kernel, (n_tiles, BH),
         keys, hist, row_ptr, col, T, NB, S=S, TT=tt, L_PAD=l_pad,

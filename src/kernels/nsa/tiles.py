@@ -126,7 +126,8 @@ def window_tiles(n_tiles, n_windows):
 
 
 def tile_block_lists(
-    block_idx, block_size, block_t, hist=None, min_blocks=0, flags=None, tuning=None, key=None
+    block_idx, block_size, block_t, hist=None, min_blocks=0, flags=None, tuning=None, key=None,
+    scratch=None,
 ):  # fmt: skip
     """Per tile of block_t consecutive tokens, the distinct kept blocks its tokens selected.
 
@@ -143,6 +144,8 @@ def tile_block_lists(
         flags: optional int32 [B * Hkv, n_tiles], zero-filled here.
         tuning: an `NsaTuning` (None: the default); its forward.tile_list_warps apply.
         key: the calling wrapper's launch key (`_runtime.launch`), or None.
+        scratch: the calling wrapper's `_runtime.Scratch`, which lists and counts come
+            from, or None (their own allocations).
     Returns:
         lists: int32 [B * Hkv, n_tiles, block_t * S]; row [bh, i] holds, ascending, the
             count[bh, i] distinct blocks kept by any token of tile i (entries after that are
@@ -153,8 +156,10 @@ def tile_block_lists(
     tuning = resolve(tuning)
     B, Hkv, T, S = block_idx.shape
     n_tiles, NB = _runtime.cdiv(T, block_t), _runtime.cdiv(T, block_size)
-    lists = torch.empty(B * Hkv, n_tiles, block_t * S, dtype=torch.int32, device=block_idx.device)
-    counts = torch.empty(B * Hkv, n_tiles, dtype=torch.int32, device=block_idx.device)
+    if scratch is None:
+        scratch = _runtime.Scratch(block_idx.device)
+    lists = scratch.empty((B * Hkv, n_tiles, block_t * S), torch.int32)
+    counts = scratch.empty((B * Hkv, n_tiles), torch.int32)
     NW = 1 if hist is None else hist.shape[1] // NB
     l_pad = _runtime.next_pow2(block_t * S)
     _runtime.launch(
