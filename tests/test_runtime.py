@@ -260,6 +260,35 @@ def test_launch_direct_path_needs_a_compiled_jit_function():
     assert _runtime.direct_supported(_Jit()) is False
 
 
+def test_per_key_computes_once_per_key_and_device(monkeypatch):
+    monkeypatch.setattr(_runtime, "CHECK_LAUNCH_KEYS", False)
+    calls = []
+
+    def plan(n):
+        calls.append(n)
+        return (n, n + 1)
+
+    key = _runtime.LaunchKey("per_key test", 1)
+    assert _runtime.per_key(key, 0, plan, 5) == (5, 6)
+    assert _runtime.per_key(key, 0, plan, 7) == (5, 6)  # the key decides: not recomputed
+    assert _runtime.per_key(key, 1, plan, 7) == (7, 8)  # another device
+    assert _runtime.per_key(None, 0, plan, 9) == (9, 10)  # no key: every time
+    assert calls == [5, 7, 9]
+
+
+def test_per_key_check_refuses_a_key_that_does_not_determine_the_value(monkeypatch):
+    monkeypatch.setattr(_runtime, "CHECK_LAUNCH_KEYS", True)
+
+    def plan(n):
+        return n
+
+    key = _runtime.LaunchKey("per_key test", 2)
+    _runtime.per_key(key, 0, plan, 5)
+    assert _runtime.per_key(key, 0, plan, 5) == 5
+    with pytest.raises(RuntimeError, match="does not determine"):
+        _runtime.per_key(key, 0, plan, 6)
+
+
 # `Scratch`: a call's temporaries from one allocation.
 
 _SPECS = [

@@ -266,6 +266,26 @@ class LaunchKey:
         return f"LaunchKey{self.parts!r}"
 
 
+_per_key = {}  # (caller key, function, device) -> its value (`per_key`)
+
+
+def per_key(key, device, fn, *args):
+    """fn(*args), computed once per (key, fn, device): for what a call's launch key and
+    device determine (grids, sizes, scalar arguments, launch keywords), which a wrapper
+    would otherwise recompute on every call. With key None, computed every time. Under
+    ATTNBENCH_CHECK_LAUNCH_KEYS=1 (the tests) every call recomputes it and raises when the
+    value differs: the key failed to determine it."""
+    if key is None:
+        return fn(*args)
+    memo = (key, fn, device)
+    value = _per_key.get(memo)
+    if value is None:
+        value = _per_key[memo] = fn(*args)
+    elif CHECK_LAUNCH_KEYS and fn(*args) != value:
+        raise RuntimeError(f"{fn.__name__}: launch key {key!r} does not determine its value")
+    return value
+
+
 # A call's temporaries in one allocation.
 #
 # Each `torch.empty` on a CUDA device goes through the caching allocator (a lock, a search of

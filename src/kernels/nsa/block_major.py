@@ -69,6 +69,8 @@ B * Hkv * T * S * G fp32 lse values, O(T); the lists take B * Hkv * (T * S + NL 
 int32 and their chunk codes 1 / CHUNK of that.
 """
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -462,21 +464,63 @@ def chunk_entries(G, element_size, tuning=None):
     return max(1, resolve(tuning).block_major.chunk_rows * 2 // element_size // block_g)
 
 
-def list_scratch(dims, block_t, element_size, device, tuning=None):
+def _list_sizes(dims, block_t, element_size, tuning):
+    """(BH, NL, L, NC) of `list_scratch`."""
+    BH = dims.B * dims.Hkv
+    NL = list_windows(dims.T, block_t, tuning) * dims.NB
+    chunk = chunk_entries(dims.G, element_size, tuning)
+    L = dims.T * dims.S + NL * chunk
+    return BH, NL, L, _runtime.cdiv(L, chunk)
+
+
+def list_scratch(dims, block_t, element_size, device, tuning=None, key=None):
     """hist, col and code of one forward call for its checked `dims`: views of one int32
     buffer filled with -1, so that the three cost one fill. -1 is padding in col and "no
     block yet" in code, and hist counts from -1 (the tile-list kernel adds each list's
     entries to it, the fill kernel counts them down again). Shapes: [BH, NL],
     [BH, T * S + NL * chunk] and [BH, cdiv(T * S + NL * chunk, chunk)] for BH = B * Hkv,
-    NL = windows * NB lists and chunk = `chunk_entries`."""
-    BH = dims.B * dims.Hkv
-    NL = list_windows(dims.T, block_t, tuning) * dims.NB
-    chunk = chunk_entries(dims.G, element_size, tuning)
-    L = dims.T * dims.S + NL * chunk
-    NC = _runtime.cdiv(L, chunk)
+    NL = windows * NB lists and chunk = `chunk_entries`. key: the forward's launch key
+    (`_runtime.per_key`), or None."""
+    BH, NL, L, NC = _runtime.per_key(key, device, _list_sizes, dims, block_t, element_size, tuning)
     buf = torch.full((BH * (NL + L + NC),), -1, dtype=torch.int32, device=device)
     hist, col, code = buf.split_with_sizes([BH * NL, BH * L, BH * NC])
     return hist.view(BH, NL), col.view(BH, L), code.view(BH, NC)
+
+
+class _ListsPlan(NamedTuple):
+    """The launches of `block_lists`, from sizes and tuning alone (`_lists_plan`)."""
+
+    row_ptr_shape: tuple
+    col_shape: tuple
+    code_shape: tuple
+    prefix_grid: tuple
+    prefix_args: tuple  # scalar arguments
+    prefix_options: dict  # constexprs and launch options
+    fill_grid: tuple
+    fill_args: tuple
+    fill_options: dict
+
+
+def _lists_plan(shape, block_size, block_t, chunk, NL, n_tiles, G, min_blocks, tuning, pdl):
+    t = tuning.block_major
+    B, Hkv, T, S = shape
+    BH = B * Hkv
+    NB = _runtime.cdiv(T, block_size)
+    NW = NL // NB
+    L = T * S + NL * chunk
+    NC = _runtime.cdiv(L, chunk)
+    l_pad = _runtime.next_pow2(block_t * S)
+    return _ListsPlan(
+        (BH, NL + 1), (BH, L), (BH, NC),
+        (BH,), (NL,),
+        dict(CHUNK=chunk, PB=t.prefix_block, direct=tuning.direct_launch, num_warps=4),
+        (n_tiles, BH), (T, NB, NW, window_tiles(n_tiles, NW), L, NC, min_blocks, G),
+        dict(
+            S=S, BS=block_size, BLOCK_T=block_t, L_PAD=l_pad, CHUNK=chunk,
+            KEY64=(NB + 1) * l_pad > t.fill_key32_max, BLOCK_G=_runtime.next_pow2(G),
+            WAIT=pdl, launch_pdl=pdl, direct=tuning.direct_launch, num_warps=t.fill_warps,
+        ),
+    )  # fmt: skip
 
 
 def block_lists(
@@ -519,32 +563,77 @@ def block_lists(
     Two kernel launches (and the fills of col and code when not given), no host sync.
     """
     tuning = resolve(tuning)
-    t, direct = tuning.block_major, tuning.direct_launch
-    B, Hkv, T, S = block_idx.shape
-    BH, NL, dev = B * Hkv, hist.shape[1], block_idx.device
-    NB = _runtime.cdiv(T, block_size)
-    NW = NL // NB
-    L = T * S + NL * chunk
-    row_ptr = (scratch or _runtime.Scratch(dev)).empty((BH, NL + 1), torch.int32)
-    if col is None:
-        col = torch.full((BH, L), -1, dtype=torch.int32, device=dev)  # -1: padding
-    if code is None:
-        code = torch.full((BH, _runtime.cdiv(L, chunk)), -1, dtype=torch.int32, device=dev)
-    _runtime.launch(
-        _prefix_kernel, (BH,), hist, row_ptr, NL, CHUNK=chunk, PB=t.prefix_block,
-        direct=direct, key=key, num_warps=4,
+    dev = block_idx.device
+    p = _runtime.per_key(
+        key, dev, _lists_plan, tuple(block_idx.shape), block_size, block_t, chunk,
+        hist.shape[1], counts.shape[1], part_l.shape[3], min_blocks, tuning, pdl,
     )  # fmt: skip
-    G = part_l.shape[3]
+    row_ptr = (scratch or _runtime.Scratch(dev)).empty(p.row_ptr_shape, torch.int32)
+    if col is None:
+        col = torch.full(p.col_shape, -1, dtype=torch.int32, device=dev)  # -1: padding
+    if code is None:
+        code = torch.full(p.code_shape, -1, dtype=torch.int32, device=dev)
+    _runtime.launch(_prefix_kernel, p.prefix_grid, hist, row_ptr, *p.prefix_args, key=key,
+                    **p.prefix_options)  # fmt: skip
     _runtime.launch(
-        _fill_kernel, (counts.shape[1], BH),
-        block_idx, counts, hist, row_ptr, col, code, part_l, T, NB, NW,
-        window_tiles(counts.shape[1], NW), L, code.shape[1], min_blocks, G,
-        S=S, BS=block_size, BLOCK_T=block_t, L_PAD=_runtime.next_pow2(block_t * S),
-        CHUNK=chunk, KEY64=(NB + 1) * _runtime.next_pow2(block_t * S) > t.fill_key32_max,
-        BLOCK_G=_runtime.next_pow2(G), WAIT=pdl, launch_pdl=pdl,
-        direct=direct, key=key, num_warps=t.fill_warps,
+        _fill_kernel, p.fill_grid, block_idx, counts, hist, row_ptr, col, code, part_l,
+        *p.fill_args, key=key, **p.fill_options,
     )  # fmt: skip
     return row_ptr, col, code
+
+
+class _BlockPlan(NamedTuple):
+    """The block-major phase's own buffers and launches, from sizes, tuning and device
+    alone (`_block_plan`)."""
+
+    chunk: int
+    pdl: bool
+    part_o_shape: tuple
+    partial_grid: tuple
+    partial_args: tuple  # scalar arguments
+    partial_options: dict  # constexprs and launch options
+    combine_grid: tuple
+    combine_args: tuple
+    combine_options: dict
+
+
+def _block_plan(dims, dtype, block_t, n_tiles, min_blocks, qk_scale, tuning, interpreted, device):
+    t = tuning.block_major
+    BH = dims.B * dims.Hkv
+    block_g = _runtime.next_pow2(dims.G)
+    prec = "ieee" if dtype == torch.float32 else "tf32"
+    _, n_lists, L, NC = _list_sizes(dims, block_t, dtype.itemsize, tuning)
+    chunk = chunk_entries(dims.G, dtype.itemsize, tuning)
+    # The chain fill -> partial -> combine as programmatic dependents (`chain_pdl`).
+    pdl = t.chain_pdl and not interpreted and _runtime.pdl_supported(device)
+    n_chunks = _runtime.cdiv(dims.T * dims.S, chunk) + n_lists  # the most any row can have
+    if t.partial_waves is not None:
+        n_chunks = min(n_chunks, _runtime.cdiv(t.partial_waves * _multiprocessors(device), BH))
+    n_comb = n_tiles
+    if t.combine_waves is not None:
+        n_comb = min(n_tiles, _runtime.cdiv(t.combine_waves * _multiprocessors(device), BH))
+    walk = _runtime.next_pow2(_runtime.cdiv(n_tiles, n_comb))
+    return _BlockPlan(
+        chunk, pdl, (BH, dims.T, dims.S, dims.G, dims.D),
+        (n_chunks, BH),
+        (dims.T, n_lists, dims.Hq, dims.G, L, NC, n_tiles, qk_scale),
+        dict(
+            S=dims.S, D=dims.D, BS=dims.block_size, CHUNK=chunk, BLOCK_G=block_g,
+            BLOCK_T=block_t, PREC=prec, SCALE_POS=qk_scale > 0, STAGES=t.partial_stages,
+            PIPELINED=not interpreted,
+            OFF64=dims.T * dims.S * block_g * dims.D > t.partial_off32_max,
+            EVEN_G=dims.G == block_g, FAST=t.partial_fast_math and not interpreted,
+            EVICT=t.partial_store_evict, WAIT=pdl, launch_pdl=pdl,
+            direct=tuning.direct_launch, num_warps=t.partial_warps,
+        ),
+        (n_comb, BH),
+        (dims.T, dims.Hq, dims.G, min_blocks, n_tiles),
+        dict(
+            S=dims.S, D=dims.D, BLOCK_T=block_t, BLOCK_G=block_g,
+            WALK=walk if walk <= t.combine_precheck_tiles else 0, WAIT=pdl, launch_pdl=pdl,
+            direct=tuning.direct_launch, num_warps=t.combine_warps,
+        ),
+    )  # fmt: skip
 
 
 def block_major_forward(
@@ -568,47 +657,24 @@ def block_major_forward(
         interpreted: whether Triton's interpreter runs the kernels (None: read it here).
         scratch: the forward's `_runtime.Scratch` (for `block_lists`), or None.
     """
-    t, direct = tuning.block_major, tuning.direct_launch
-    BH = dims.B * dims.Hkv
-    block_g = _runtime.next_pow2(dims.G)
-    prec = "ieee" if q.dtype == torch.float32 else "tf32"
-    chunk = chunk_entries(dims.G, q.element_size(), tuning)
-    part_o = _checks.new_empty((BH, dims.T, dims.S, dims.G, dims.D), q.dtype, q.device)
-    part_l = _checks.new_empty((BH, dims.T, dims.S, dims.G), torch.float32, q.device)
     if interpreted is None:
         interpreted = _runtime.interpreter_active()
-    # The chain fill -> partial -> combine as programmatic dependents (`chain_pdl`).
-    pdl = t.chain_pdl and not interpreted and _runtime.pdl_supported(q.device)
+    dev = q.device
+    p = _runtime.per_key(
+        key, dev, _block_plan, dims, q.dtype, block_t, counts.shape[1], min_blocks, qk_scale,
+        tuning, interpreted, dev,
+    )  # fmt: skip
+    part_o = _checks.new_empty(p.part_o_shape, q.dtype, dev)
+    part_l = _checks.new_empty(p.part_o_shape[:4], torch.float32, dev)
     row_ptr, col, code = block_lists(
-        block_idx, counts, hist, min_blocks, dims.block_size, block_t, chunk, part_l, tuning,
-        col=col, code=code, key=key, pdl=pdl, scratch=scratch,
+        block_idx, counts, hist, min_blocks, dims.block_size, block_t, p.chunk, part_l, tuning,
+        col=col, code=code, key=key, pdl=p.pdl, scratch=scratch,
     )  # fmt: skip
-    n_lists = row_ptr.shape[1] - 1
-    n_chunks = _runtime.cdiv(dims.T * dims.S, chunk) + n_lists  # the most any row can have
-    if t.partial_waves is not None:
-        n_chunks = min(n_chunks, _runtime.cdiv(t.partial_waves * _multiprocessors(q.device), BH))
     _runtime.launch(
-        _partial_kernel, (n_chunks, BH),
-        q, k, v, row_ptr, col, code, part_o, part_l, flags, dims.T, n_lists, dims.Hq, dims.G,
-        col.shape[1], code.shape[1], counts.shape[1], qk_scale, S=dims.S, D=dims.D,
-        BS=dims.block_size, CHUNK=chunk, BLOCK_G=block_g, BLOCK_T=block_t, PREC=prec,
-        SCALE_POS=qk_scale > 0,
-        STAGES=t.partial_stages,
-        PIPELINED=not interpreted,
-        OFF64=dims.T * dims.S * block_g * dims.D > t.partial_off32_max, EVEN_G=dims.G == block_g,
-        FAST=t.partial_fast_math and not interpreted,
-        EVICT=t.partial_store_evict, WAIT=pdl, launch_pdl=pdl,
-        direct=direct, key=key, num_warps=t.partial_warps,
+        _partial_kernel, p.partial_grid, q, k, v, row_ptr, col, code, part_o, part_l, flags,
+        *p.partial_args, key=key, **p.partial_options,
     )  # fmt: skip
-    n_tiles = counts.shape[1]
-    n_comb = n_tiles
-    if t.combine_waves is not None:
-        n_comb = min(n_tiles, _runtime.cdiv(t.combine_waves * _multiprocessors(q.device), BH))
-    walk = _runtime.next_pow2(_runtime.cdiv(n_tiles, n_comb))
     _runtime.launch(
-        _combine_kernel, (n_comb, BH),
-        counts, part_o, part_l, o, lse, dims.T, dims.Hq, dims.G, min_blocks, n_tiles,
-        S=dims.S, D=dims.D, BLOCK_T=block_t, BLOCK_G=block_g,
-        WALK=walk if walk <= t.combine_precheck_tiles else 0, WAIT=pdl, launch_pdl=pdl,
-        direct=direct, key=key, num_warps=t.combine_warps,
+        _combine_kernel, p.combine_grid, counts, part_o, part_l, o, lse, *p.combine_args,
+        key=key, **p.combine_options,
     )  # fmt: skip

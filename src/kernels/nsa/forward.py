@@ -59,6 +59,7 @@ sits in a kernel of its own, so it costs the fast kernels no registers. A non-fi
 """
 
 import threading
+from typing import NamedTuple
 
 import torch
 import triton
@@ -324,6 +325,56 @@ def _fork_join_events(device):
     return pair
 
 
+class _ForwardPlan(NamedTuple):
+    """What one forward call launches, from its sizes, dtype, tuning and device alone
+    (`_forward_plan`; computed once per launch key)."""
+
+    block_t: int
+    min_blocks: int | None  # `block_path_min_blocks`; None: no block-major phase
+    qk_scale: float
+    for_loop: bool
+    side: object  # the token-tile kernel's stream (`side_stream`), or None
+    grid: tuple
+    flags_shape: tuple
+    tile_scalars: tuple  # the token-tile kernel's scalar arguments
+    tile_options: dict  # its constexprs and launch options
+    fix_grid: tuple
+    fix_scalars: tuple
+    fix_options: dict
+
+
+def _forward_plan(dims, dtype, tuning, device):
+    ft = tuning.forward
+    block_g, block_t, prec = tile_config(dims.G, dtype, ft.tile_rows)
+    nbytes = block_path_bytes(dims, dtype.itemsize)
+    # Where no tile can be block-handled (short sequences: few blocks in all), the
+    # block-major phase is not launched at all: no scratch, fork or join.
+    min_blocks = block_path_min_blocks(
+        dims.S, dims.G, nbytes, tuning, max_blocks=min(dims.NB, block_t * dims.S)
+    )
+    side = side_stream(device, tuning) if min_blocks is not None else None
+    grid = (_runtime.cdiv(dims.T, block_t), dims.B * dims.Hkv)
+    qk_scale = dims.scale * LOG2E
+    for_loop = use_for_loop()
+    # The fix-up as a programmatic dependent (`fix_pdl`): compiled kernels on Hopper and later.
+    pdl = ft.fix_pdl and for_loop and _runtime.pdl_supported(device)
+    shared = dict(
+        S=dims.S, D=dims.D, BS=dims.block_size, S_PAD=_runtime.next_pow2(dims.S),
+        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=for_loop,
+        direct=tuning.direct_launch, num_warps=ft.num_warps,
+    )  # fmt: skip
+    scalars = (dims.T, dims.NB, dims.Hq, dims.G, qk_scale)
+    return _ForwardPlan(
+        block_t, min_blocks, qk_scale, for_loop, side, grid, (grid[1], grid[0]),
+        (*scalars, min_blocks or 0),
+        dict(shared, SKIP_BLOCK_TILES=min_blocks is not None, TRIGGER=pdl,
+             num_stages=forward_stages(block_t, tuning)),
+        (_runtime.cdiv(grid[0], ft.fix_tiles), grid[1]),
+        (*scalars, grid[0]),
+        dict(shared, FIX=ft.fix_tiles, PDL=pdl, launch_pdl=pdl, num_stages=1),
+    )  # fmt: skip
+
+
 def selection_forward_triton(
     q, k, v, block_idx, block_size, scale=None, return_lse=False, *, tuning=None
 ):
@@ -350,7 +401,6 @@ def selection_forward_triton(
     a tile ends up using them: which tiles do is only known on the device.
     """
     tuning = resolve(tuning)
-    ft = tuning.forward
     dims = _checks.check_forward_args(q, k, v, block_idx, block_size, scale)
     # Every launch below is determined by this key (`_runtime.launch`): the sizes, dtypes,
     # tuning and device decide all integers, constexprs and the layout of the buffers
@@ -358,51 +408,36 @@ def selection_forward_triton(
     key = _runtime.launch_key(
         "fwd", dims, q.dtype, block_idx.dtype, tuning, _runtime.aligned(q, k, v, block_idx)
     )
-    block_g, block_t, prec = tile_config(dims.G, q.dtype, ft.tile_rows)
-    nbytes = block_path_bytes(dims, q.element_size())
-    # Where no tile can be block-handled (short sequences: few blocks in all), the
-    # block-major phase is not launched at all: no scratch, fork or join.
-    min_blocks = block_path_min_blocks(
-        dims.S, dims.G, nbytes, tuning, max_blocks=min(dims.NB, block_t * dims.S)
-    )
-    side = side_stream(q.device, tuning) if min_blocks is not None else None
-    o = _checks.new_empty(q.shape, q.dtype, q.device)
-    lse = _checks.new_empty(q.shape[:3], torch.float32, q.device)
-
+    dev = q.device
+    p = _runtime.per_key(key, dev, _forward_plan, dims, q.dtype, tuning, dev)
+    o = _checks.new_empty(q.shape, q.dtype, dev)
+    lse = _checks.new_empty(q.shape[:3], torch.float32, dev)
     hist = None
-    if min_blocks is not None:
+    if p.min_blocks is not None:
         hist, col, code = block_major.list_scratch(
-            dims, block_t, q.element_size(), q.device, tuning
+            dims, p.block_t, q.element_size(), dev, tuning, key=key
         )  # fmt: skip
-    grid = (_runtime.cdiv(dims.T, block_t), dims.B * dims.Hkv)
     # The call's integer temporaries (flags, tile lists, row offsets) in one allocation.
-    scratch = _runtime.Scratch(q.device, key)
-    flags = scratch.empty((grid[1], grid[0]), torch.int32)
+    scratch = _runtime.Scratch(dev, key)
+    flags = scratch.empty(p.flags_shape, torch.int32)
     lists, counts = tile_block_lists(
-        block_idx, block_size, block_t, hist, min_blocks or 0, flags=flags, tuning=tuning,
+        block_idx, block_size, p.block_t, hist, p.min_blocks or 0, flags=flags, tuning=tuning,
         key=key, scratch=scratch,
     )  # fmt: skip
-    qk_scale = dims.scale * LOG2E
-    for_loop = use_for_loop()
-    # The fix-up as a programmatic dependent (`fix_pdl`): compiled kernels on Hopper and later.
-    pdl = ft.fix_pdl and for_loop and _runtime.pdl_supported(q.device)
+    side = p.side
     if side is not None:
-        fork, join = _fork_join_events(q.device)
+        fork, join = _fork_join_events(dev)
         fork.record()  # on the current stream, after the tile lists and counts
         side.wait_event(fork)
     _runtime.launch(
-        _sel_fwd_kernel, grid, q, k, v, block_idx, lists, counts, o, lse, flags,
-        dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,
-        S=dims.S, D=dims.D, BS=block_size, S_PAD=_runtime.next_pow2(dims.S),
-        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=for_loop,
-        SKIP_BLOCK_TILES=hist is not None, TRIGGER=pdl,
-        direct=tuning.direct_launch, key=key, stream=side, num_warps=ft.num_warps,
-        num_stages=forward_stages(block_t, tuning),
+        _sel_fwd_kernel, p.grid, q, k, v, block_idx, lists, counts, o, lse, flags,
+        *p.tile_scalars, key=key, stream=side, **p.tile_options,
     )  # fmt: skip
     if hist is not None:
         block_major.block_major_forward(
-            q, k, v, block_idx, counts, hist, col, code, min_blocks, o, lse, flags, dims,
-            block_t, qk_scale, tuning, key=key, interpreted=not for_loop, scratch=scratch,
+            q, k, v, block_idx, counts, hist, col, code, p.min_blocks, o, lse, flags, dims,
+            p.block_t, p.qk_scale, tuning, key=key, interpreted=not p.for_loop,
+            scratch=scratch,
         )  # fmt: skip
     scratch.close()
     if side is not None:
@@ -412,12 +447,7 @@ def selection_forward_triton(
         join.record(side)
         join.wait()
     _runtime.launch(
-        _sel_fwd_fix_kernel, (_runtime.cdiv(grid[0], ft.fix_tiles), grid[1]),
-        q, k, v, block_idx, lists, counts, o, lse, flags,
-        dims.T, dims.NB, dims.Hq, dims.G, qk_scale, grid[0],
-        S=dims.S, D=dims.D, BS=block_size, S_PAD=_runtime.next_pow2(dims.S),
-        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=for_loop, FIX=ft.fix_tiles,
-        PDL=pdl, launch_pdl=pdl,
-        direct=tuning.direct_launch, key=key, num_warps=ft.num_warps, num_stages=1,
+        _sel_fwd_fix_kernel, p.fix_grid, q, k, v, block_idx, lists, counts, o, lse, flags,
+        *p.fix_scalars, key=key, **p.fix_options,
     )  # fmt: skip
     return (o, lse) if return_lse else o

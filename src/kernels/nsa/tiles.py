@@ -7,6 +7,8 @@ BLOCK_T * S slots; the forward and the dq kernel loop over them, and the block-m
 reads their counts (and a per-window histogram) to pick and place its tiles.
 """
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -125,6 +127,31 @@ def window_tiles(n_tiles, n_windows):
     return _runtime.cdiv(n_tiles, n_windows)
 
 
+class _TileListsPlan(NamedTuple):
+    """The launch of `tile_block_lists`, from sizes and tuning alone."""
+
+    lists_shape: tuple
+    counts_shape: tuple
+    grid: tuple
+    args: tuple  # scalar arguments
+    options: dict  # constexprs and launch options
+
+
+def _tile_lists_plan(shape, block_size, block_t, NL, min_blocks, zero_flags, tuning):
+    B, Hkv, T, S = shape
+    n_tiles, NB = _runtime.cdiv(T, block_t), _runtime.cdiv(T, block_size)
+    NW = 1 if NL is None else NL // NB
+    return _TileListsPlan(
+        (B * Hkv, n_tiles, block_t * S), (B * Hkv, n_tiles), (n_tiles, B * Hkv),
+        (T, NB, n_tiles, min_blocks, NW, window_tiles(n_tiles, NW)),
+        dict(
+            S=S, BS=block_size, BLOCK_T=block_t, L_PAD=_runtime.next_pow2(block_t * S),
+            USE_HIST=NL is not None, ZERO_FLAG=zero_flags, direct=tuning.direct_launch,
+            num_warps=tuning.forward.tile_list_warps,
+        ),
+    )  # fmt: skip
+
+
 def tile_block_lists(
     block_idx, block_size, block_t, hist=None, min_blocks=0, flags=None, tuning=None, key=None,
     scratch=None,
@@ -154,22 +181,19 @@ def tile_block_lists(
     One kernel launch, no host sync.
     """
     tuning = resolve(tuning)
-    B, Hkv, T, S = block_idx.shape
-    n_tiles, NB = _runtime.cdiv(T, block_t), _runtime.cdiv(T, block_size)
+    shape = tuple(block_idx.shape)
+    NL = None if hist is None else hist.shape[1]
+    p = _runtime.per_key(
+        key, block_idx.device, _tile_lists_plan, shape, block_size, block_t, NL, min_blocks,
+        flags is not None, tuning,
+    )  # fmt: skip
     if scratch is None:
         scratch = _runtime.Scratch(block_idx.device)
-    lists = scratch.empty((B * Hkv, n_tiles, block_t * S), torch.int32)
-    counts = scratch.empty((B * Hkv, n_tiles), torch.int32)
-    NW = 1 if hist is None else hist.shape[1] // NB
-    l_pad = _runtime.next_pow2(block_t * S)
+    lists = scratch.empty(p.lists_shape, torch.int32)
+    counts = scratch.empty(p.counts_shape, torch.int32)
     _runtime.launch(
-        _tile_list_kernel, (n_tiles, B * Hkv),
-        block_idx, lists, counts, counts if hist is None else hist,
-        counts if flags is None else flags, T, NB, n_tiles, min_blocks,
-        NW, window_tiles(n_tiles, NW),
-        S=S, BS=block_size, BLOCK_T=block_t, L_PAD=l_pad,
-        USE_HIST=hist is not None, ZERO_FLAG=flags is not None,
-        direct=tuning.direct_launch, key=key, num_warps=tuning.forward.tile_list_warps,
+        _tile_list_kernel, p.grid, block_idx, lists, counts, counts if hist is None else hist,
+        counts if flags is None else flags, *p.args, key=key, **p.options,
     )  # fmt: skip
     return lists, counts
 
