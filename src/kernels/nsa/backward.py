@@ -54,6 +54,8 @@ list entry equal to the one before it (`invert_block_idx(unique=False)` leaves a
 right after its first copy; that costs one load per entry instead of a sort per token).
 """
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -369,54 +371,87 @@ def renormalise(dtype):
     return dtype == torch.float32
 
 
-def _dq_and_delta(
-    q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale, tuning, key, scratch
-):  # fmt: skip
+class _BackwardPlan(NamedTuple):
+    """What one backward call launches, from its sizes, dtype and tuning alone
+    (`_backward_plan`; computed once per launch key)."""
+
+    renorm: bool  # `renormalise`
+    block_t: int  # the dq kernel's tile
+    redo_shape: tuple
+    dq_grid: tuple
+    dq_args: tuple  # the dq kernel's scalar arguments
+    dq_options: tuple  # its constexprs and launch options: (plain launch, SAFE launch)
+    dq_keys: tuple  # their launch keys
+    seg_len: int
+    dkdv_args: tuple  # the dk/dv kernel's scalar arguments after the segment counts
+    dkdv_options: dict
+    reduce: bool  # whether a list can be split (the reduce kernel runs)
+    reduce_options: dict
+
+
+def _backward_plan(dims, dtype, qk_scale, tuning, key):
+    bt = tuning.backward
+    renorm = renormalise(dtype)
+    rows = tuning.forward.tile_rows if bt.dq_rows is None else bt.dq_rows
+    block_g, block_t, prec = tile_config(dims.G, dtype, rows)
+    grid = (_runtime.cdiv(dims.T, block_t), dims.B * dims.Hkv)
+    for_loop = use_for_loop()
+    dq = dict(
+        S=dims.S, D=dims.D, BS=dims.block_size, S_PAD=_runtime.next_pow2(dims.S),
+        BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=for_loop, RENORM=renorm,
+        direct=tuning.direct_launch, num_warps=bt.dq_warps, num_stages=bt.dq_stages,
+    )  # fmt: skip
+    block_g, _, prec = tile_config(dims.G, dtype, 1)
+    block_q = max(1, bt.dkdv_rows // block_g)
+    seg_len = block_q * bt.segment_chunks
+    return _BackwardPlan(
+        renorm, block_t, (grid[0] * grid[1],), grid,
+        (dims.T, dims.NB, dims.Hq, dims.G, qk_scale, dims.scale),
+        (dict(dq, SAFE=False), dict(dq, SAFE=True)), ((key, False), (key, True)),
+        seg_len,
+        (seg_len, dims.Hq, dims.G, qk_scale, dims.scale),
+        dict(
+            S=dims.S, D=dims.D, BS=dims.block_size, BLOCK_Q=block_q, BLOCK_G=block_g,
+            PREC=prec, FOR_LOOP=for_loop, RENORM=renorm, direct=tuning.direct_launch,
+            num_warps=bt.dkdv_warps, num_stages=bt.dkdv_stages,
+        ),
+        # A list has at most T * S entries (every slot of every token naming its block);
+        # where that fits one segment no list is split and the reduce would find nothing
+        # to add.
+        dims.T * dims.S > seg_len,
+        dict(D=dims.D, BS=dims.block_size, direct=tuning.direct_launch, num_warps=4),
+    )  # fmt: skip
+
+
+def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, p, tuning, key, scratch):
     """Run the dq kernel; returns (dq, delta, lse_lo), the last two fp32 [B, Hq, T]: delta =
     rowsum(o * do) and the base-2 correction of lse (None unless `renormalise`). Its tile
-    lists come from `scratch`."""
+    lists come from `scratch`; p: the call's `_BackwardPlan`."""
     dq = _checks.new_empty(q.shape, q.dtype, q.device)
     delta = _checks.new_empty(q.shape[:3], torch.float32, q.device)
-    renorm = renormalise(q.dtype)
-    lse_lo = _checks.new_empty(q.shape[:3], torch.float32, q.device) if renorm else None
-    bt = tuning.backward
-    rows = tuning.forward.tile_rows if bt.dq_rows is None else bt.dq_rows
-    block_g, block_t, prec = tile_config(dims.G, q.dtype, rows)
+    lse_lo = _checks.new_empty(q.shape[:3], torch.float32, q.device) if p.renorm else None
     lists, counts = tile_block_lists(
-        block_idx, block_size, block_t, tuning=tuning, key=key, scratch=scratch
+        block_idx, block_size, p.block_t, tuning=tuning, key=key, scratch=scratch
     )  # fmt: skip
-    grid = (_runtime.cdiv(dims.T, block_t), dims.B * dims.Hkv)
     # One int32 per tile, written by the plain launch for every tile, read by the SAFE one.
-    redo = scratch.empty((grid[0] * grid[1],), torch.int32)
-    for_loop = use_for_loop()
-    for safe in (False, True):
+    redo = scratch.empty(p.redo_shape, torch.int32)
+    for options, launch_key in zip(p.dq_options, p.dq_keys, strict=True):  # plain, then SAFE
         _runtime.launch(
-            _sel_bwd_dq_kernel, grid,
+            _sel_bwd_dq_kernel, p.dq_grid,
             q, k, v, block_idx, lists, counts, o, do, lse, delta,
-            delta if lse_lo is None else lse_lo, dq, redo,
-            dims.T, dims.NB, dims.Hq, dims.G, qk_scale, dims.scale,
-            S=dims.S, D=dims.D, BS=block_size, S_PAD=_runtime.next_pow2(dims.S),
-            BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=for_loop, SAFE=safe,
-            RENORM=renorm,
-            direct=tuning.direct_launch, key=(key, safe), num_warps=bt.dq_warps,
-            num_stages=bt.dq_stages,
+            delta if lse_lo is None else lse_lo, dq, redo, *p.dq_args,
+            key=launch_key, **options,
         )  # fmt: skip
     return dq, delta, lse_lo
 
 
-def _dk_dv(
-    q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scale, tuning, key, scratch
-):  # fmt: skip
+def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, p, tuning, key, scratch):
     """Run the dk/dv kernels over the inverted index (its buffers from `scratch`); returns
     (dk, dv)."""
     dk = _checks.new_empty(k.shape, k.dtype, k.device)
     dv = _checks.new_empty(v.shape, v.dtype, v.device)
-    block_g, _, prec = tile_config(dims.G, q.dtype, 1)
-    bt = tuning.backward
-    block_q = max(1, bt.dkdv_rows // block_g)
-    seg_len = block_q * bt.segment_chunks
     row_ptr, col, segments = inverted_lists(
-        block_idx, block_size, unique=False, seg_len=seg_len, tuning=tuning, key=key,
+        block_idx, block_size, unique=False, seg_len=p.seg_len, tuning=tuning, key=key,
         scratch=scratch,
     )  # fmt: skip
     seg_block, seg_start, part_start, n_part = segments
@@ -426,19 +461,14 @@ def _dk_dv(
         _sel_bwd_dkdv_kernel, (seg_block.shape[1], BH),
         q, k, v, do, lse, delta, delta if lse_lo is None else lse_lo, row_ptr, col, seg_block,
         seg_start, part_start, part, dk, dv,
-        dims.T, dims.NB, seg_block.shape[1], n_part, seg_len, dims.Hq, dims.G, qk_scale,
-        dims.scale, S=dims.S, D=dims.D, BS=block_size, BLOCK_Q=block_q, BLOCK_G=block_g,
-        PREC=prec, FOR_LOOP=use_for_loop(), RENORM=lse_lo is not None,
-        direct=tuning.direct_launch, key=key, num_warps=bt.dkdv_warps,
-        num_stages=bt.dkdv_stages,
+        dims.T, dims.NB, seg_block.shape[1], n_part, *p.dkdv_args,
+        key=key, **p.dkdv_options,
     )  # fmt: skip
-    # A list has at most T * S entries (every slot of every token naming its block); where
-    # that fits one segment no list is split and the reduce would find nothing to add.
-    if dims.T * dims.S > seg_len:
+    if p.reduce:
         _runtime.launch(
             _sel_bwd_reduce_kernel, (dims.NB, BH),
             seg_start, part_start, part, dk, dv, dims.T, dims.NB, n_part, dims.scale,
-            D=dims.D, BS=block_size, direct=tuning.direct_launch, key=key, num_warps=4,
+            key=key, **p.reduce_options,
         )  # fmt: skip
     return dk, dv
 
@@ -475,12 +505,12 @@ def selection_backward_triton(
     )  # fmt: skip
     # The call's integer temporaries (tile lists, the inversion) in one allocation.
     scratch = _runtime.Scratch(q.device, key)
+    p = _runtime.per_key(key, None, _backward_plan, dims, q.dtype, qk_scale, tuning, key)
     dq, delta, lse_lo = _dq_and_delta(
-        q, k, v, block_idx, block_size, do, o, lse, dims, qk_scale, tuning, key, scratch
+        q, k, v, block_idx, block_size, do, o, lse, dims, p, tuning, key, scratch
     )
     dk, dv = _dk_dv(
-        q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, qk_scale, tuning, key,
-        scratch,
-    )  # fmt: skip
+        q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, p, tuning, key, scratch
+    )
     scratch.close()
     return dq, dk, dv

@@ -28,6 +28,8 @@ per (b, kv head): 4.2 MB in all at the seed shape (Hkv = 4, block_size 64, S 16)
 T = 32768, growing as T^2 / (TT * block_size).
 """
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -181,6 +183,54 @@ def _inv_fill_kernel(
     tl.store(COL + i_bh.to(tl.int64) * T * S + place, i_t, mask=real)
 
 
+class _InversePlan(NamedTuple):
+    """The buffers and launches of `inverted_lists`, from sizes and tuning alone."""
+
+    keys_shape: tuple
+    keys_dtype: torch.dtype
+    hist_shape: tuple
+    row_shape: tuple  # [BH, NB + 1]
+    seg_shape: tuple
+    col_shape: tuple
+    n_part: int
+    tile_grid: tuple  # the sort's and the fill's
+    sort_args: tuple  # scalar arguments
+    sort_options: dict  # constexprs and launch options
+    scan_grid: tuple
+    scan_args: tuple
+    scan_options: dict
+    fill_args: tuple
+    fill_options: dict
+
+
+def _inverse_plan(shape, block_size, unique, seg_len, tuning):
+    t, direct = tuning.backward, tuning.direct_launch
+    B, Hkv, T, S = shape
+    NB = _runtime.cdiv(T, block_size)
+    BH = B * Hkv
+    tt = max(1, min(t.invert_tile_slots // S, T))  # no wider than the row
+    n_tiles = _runtime.cdiv(T, tt)
+    l_pad = _runtime.next_pow2(tt * S)
+    key64 = (NB + 2) * tt > 2**31 - 1
+    n_seg = 0 if seg_len is None else NB + T * S // seg_len
+    jb = t.invert_scan_buckets
+    return _InversePlan(
+        (BH, n_tiles * l_pad), torch.int64 if key64 else torch.int32, (BH, n_tiles, NB + 1),
+        (BH, NB + 1), (BH, n_seg), (BH, T * S),
+        0 if seg_len is None else max(1, 2 * T * S // seg_len),
+        (n_tiles, BH),
+        (T, NB),
+        dict(S=S, BS=block_size, TT=tt, L_PAD=l_pad, ZB=t.invert_prefix_block, UNIQUE=unique,
+             KEY64=key64, direct=direct, num_warps=t.invert_warps),
+        (_runtime.cdiv(NB + 1, jb), BH),
+        (NB, n_tiles, n_seg, seg_len or 1),
+        dict(JB=jb, TB=t.invert_scan_tiles, PB=t.invert_prefix_block, SPLIT=seg_len is not None,
+             direct=direct, num_warps=4),
+        (T, NB),
+        dict(S=S, TT=tt, L_PAD=l_pad, direct=direct, num_warps=t.invert_warps),
+    )  # fmt: skip
+
+
 def inverted_lists(
     block_idx, block_size, unique=True, seg_len=None, tuning=None, key=None, scratch=None
 ):
@@ -194,48 +244,36 @@ def inverted_lists(
     key: the calling wrapper's launch key (`_runtime.launch`), or None; scratch: its
     `_runtime.Scratch`, which every buffer comes from, or None (their own allocations)."""
     tuning = resolve(tuning)
-    t, direct = tuning.backward, tuning.direct_launch
-    B, Hkv, T, S = block_idx.shape
-    NB = _runtime.cdiv(T, block_size)
-    BH, dev = B * Hkv, block_idx.device
-    tt = max(1, min(t.invert_tile_slots // S, T))  # no wider than the row
-    n_tiles = _runtime.cdiv(T, tt)
-    l_pad = _runtime.next_pow2(tt * S)
-    key64 = (NB + 2) * tt > 2**31 - 1
+    dev = block_idx.device
+    p = _runtime.per_key(
+        key, dev, _inverse_plan, tuple(block_idx.shape), block_size, unique, seg_len, tuning
+    )  # fmt: skip
     new = (scratch or _runtime.Scratch(dev)).empty
-    keys = new((BH, n_tiles * l_pad), torch.int64 if key64 else torch.int32)
-    hist = new((BH, n_tiles, NB + 1), torch.int32)
-    total = new((BH, NB + 1), torch.int32)
-    row_ptr = new((BH, NB + 1), torch.int32)
-    done = new((BH,), torch.int32)  # the scan's count
+    keys = new(p.keys_shape, p.keys_dtype)
+    hist = new(p.hist_shape, torch.int32)
+    total = new(p.row_shape, torch.int32)
+    row_ptr = new(p.row_shape, torch.int32)
+    done = new(p.row_shape[:1], torch.int32)  # the scan's count
     _runtime.launch(
-        _inv_sort_kernel, (n_tiles, BH),
-        block_idx, keys, hist, done, T, NB, S=S, BS=block_size, TT=tt, L_PAD=l_pad,
-        ZB=t.invert_prefix_block, UNIQUE=unique, KEY64=key64,
-        direct=direct, key=key, num_warps=t.invert_warps,
+        _inv_sort_kernel, p.tile_grid, block_idx, keys, hist, done, *p.sort_args, key=key,
+        **p.sort_options,
     )  # fmt: skip
     segments = None
     if seg_len is None:
         seg_block = seg_start = part_start = row_ptr  # not written (SPLIT off)
-        n_seg = 0
     else:
-        n_seg = NB + T * S // seg_len
-        seg_block = new((BH, n_seg), torch.int32)
-        seg_start = new((BH, NB + 1), torch.int32)
-        part_start = new((BH, NB + 1), torch.int32)
-        segments = (seg_block, seg_start, part_start, max(1, 2 * T * S // seg_len))
-    jb = t.invert_scan_buckets
+        seg_block = new(p.seg_shape, torch.int32)
+        seg_start = new(p.row_shape, torch.int32)
+        part_start = new(p.row_shape, torch.int32)
+        segments = (seg_block, seg_start, part_start, p.n_part)
     _runtime.launch(
-        _inv_scan_kernel, (_runtime.cdiv(NB + 1, jb), BH),
-        hist, total, done, row_ptr, seg_block, seg_start, part_start, NB, n_tiles, n_seg,
-        seg_len or 1, JB=jb, TB=t.invert_scan_tiles, PB=t.invert_prefix_block,
-        SPLIT=seg_len is not None, direct=direct, key=key, num_warps=4,
+        _inv_scan_kernel, p.scan_grid, hist, total, done, row_ptr, seg_block, seg_start,
+        part_start, *p.scan_args, key=key, **p.scan_options,
     )  # fmt: skip
-    col = new((BH, T * S), torch.int32)
+    col = new(p.col_shape, torch.int32)
     _runtime.launch(
-        _inv_fill_kernel, (n_tiles, BH),
-        keys, hist, row_ptr, col, T, NB, S=S, TT=tt, L_PAD=l_pad,
-        direct=direct, key=key, num_warps=t.invert_warps,
+        _inv_fill_kernel, p.tile_grid, keys, hist, row_ptr, col, *p.fill_args, key=key,
+        **p.fill_options,
     )  # fmt: skip
     return row_ptr, col, segments
 
