@@ -387,6 +387,7 @@ class _BackwardPlan(NamedTuple):
     dkdv_options: dict
     reduce: bool  # whether a list can be split (the reduce kernel runs)
     reduce_options: dict
+    scratch_keys: tuple  # the `_runtime.Scratch` keys of the dq phase and the dk/dv phase
 
 
 def _backward_plan(dims, dtype, qk_scale, tuning, key):
@@ -420,13 +421,16 @@ def _backward_plan(dims, dtype, qk_scale, tuning, key):
         # to add.
         dims.T * dims.S > seg_len,
         dict(D=dims.D, BS=dims.block_size, direct=tuning.direct_launch, num_warps=4),
+        ((key, "dq"), (key, "dkdv")),
     )  # fmt: skip
 
 
-def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, p, tuning, key, scratch):
+def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, p, tuning, key):
     """Run the dq kernel; returns (dq, delta, lse_lo), the last two fp32 [B, Hq, T]: delta =
     rowsum(o * do) and the base-2 correction of lse (None unless `renormalise`). Its tile
-    lists come from `scratch`; p: the call's `_BackwardPlan`."""
+    lists and redo flags are views of one allocation, freed on return; p: the call's
+    `_BackwardPlan`."""
+    scratch = _runtime.Scratch(q.device, p.scratch_keys[0])
     dq = _checks.new_empty(q.shape, q.dtype, q.device)
     delta = _checks.new_empty(q.shape[:3], torch.float32, q.device)
     lse_lo = _checks.new_empty(q.shape[:3], torch.float32, q.device) if p.renorm else None
@@ -442,12 +446,14 @@ def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, p, tuning, k
             delta if lse_lo is None else lse_lo, dq, redo, *p.dq_args,
             key=launch_key, **options,
         )  # fmt: skip
+    scratch.close()
     return dq, delta, lse_lo
 
 
-def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, p, tuning, key, scratch):
-    """Run the dk/dv kernels over the inverted index (its buffers from `scratch`); returns
-    (dk, dv)."""
+def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, p, tuning, key):
+    """Run the dk/dv kernels over the inverted index (its buffers views of one allocation);
+    returns (dk, dv)."""
+    scratch = _runtime.Scratch(q.device, p.scratch_keys[1])
     dk = _checks.new_empty(k.shape, k.dtype, k.device)
     dv = _checks.new_empty(v.shape, v.dtype, v.device)
     row_ptr, col, segments = inverted_lists(
@@ -470,6 +476,7 @@ def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, p, tuni
             seg_start, part_start, part, dk, dv, dims.T, dims.NB, n_part, dims.scale,
             key=key, **p.reduce_options,
         )  # fmt: skip
+    scratch.close()
     return dk, dv
 
 
@@ -503,14 +510,12 @@ def selection_backward_triton(
         "bwd", dims, q.dtype, block_idx.dtype, tuning,
         _runtime.aligned(q, k, v, block_idx, do, o, lse),
     )  # fmt: skip
-    # The call's integer temporaries (tile lists, the inversion) in one allocation.
-    scratch = _runtime.Scratch(q.device, key)
     p = _runtime.per_key(key, None, _backward_plan, dims, q.dtype, qk_scale, tuning, key)
+    # The integer temporaries of each phase (the dq kernel's tile lists; the inversion) are
+    # views of one allocation per phase, so the first phase's are freed before the second's
+    # are made, as with one allocation each.
     dq, delta, lse_lo = _dq_and_delta(
-        q, k, v, block_idx, block_size, do, o, lse, dims, p, tuning, key, scratch
+        q, k, v, block_idx, block_size, do, o, lse, dims, p, tuning, key
     )
-    dk, dv = _dk_dv(
-        q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, p, tuning, key, scratch
-    )
-    scratch.close()
+    dk, dv = _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, p, tuning, key)
     return dq, dk, dv
