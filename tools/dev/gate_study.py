@@ -131,7 +131,7 @@ NSA_HUNKS = (
         indent=4,
     ),
     Hunk("dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,", "0.0,  # gate_never"),
-    Hunk("BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=for_loop,", "EXTRA={extra},"),
+    Hunk("shared, SKIP_BLOCK_TILES=min_blocks is not None, TRIGGER=pdl,", "EXTRA={extra},"),
 )
 
 # The NSA patch with the amount as a runtime argument, counted down by a `while` loop

@@ -363,14 +363,18 @@ def _forward_plan(dims, dtype, tuning, device):
         BLOCK_T=block_t, BLOCK_G=block_g, PREC=prec, FOR_LOOP=for_loop,
         direct=tuning.direct_launch, num_warps=ft.num_warps,
     )  # fmt: skip
-    scalars = (dims.T, dims.NB, dims.Hq, dims.G, qk_scale)
+    tile_scalars = (
+        dims.T, dims.NB, dims.Hq, dims.G, qk_scale, min_blocks or 0,
+    )  # fmt: skip
+    tile_options = dict(
+        shared, SKIP_BLOCK_TILES=min_blocks is not None, TRIGGER=pdl,
+        num_stages=forward_stages(block_t, tuning),
+    )  # fmt: skip
     return _ForwardPlan(
         block_t, min_blocks, qk_scale, for_loop, side, grid, (grid[1], grid[0]),
-        (*scalars, min_blocks or 0),
-        dict(shared, SKIP_BLOCK_TILES=min_blocks is not None, TRIGGER=pdl,
-             num_stages=forward_stages(block_t, tuning)),
+        tile_scalars, tile_options,
         (_runtime.cdiv(grid[0], ft.fix_tiles), grid[1]),
-        (*scalars, grid[0]),
+        (*tile_scalars[:5], grid[0]),
         dict(shared, FIX=ft.fix_tiles, PDL=pdl, launch_pdl=pdl, num_stages=1),
     )  # fmt: skip
 
