@@ -404,9 +404,6 @@ def _run(plan, grid, stream, args):
     compiled.run(
         grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, stream, compiled.function,
         compiled.packed_metadata, meta, enter, leave,
-        *[a.data_ptr() if type(a) is _Tensor else a for a in args], *tail,
+        *[a.data_ptr() if type(a) is torch.Tensor else a for a in args], *tail,
     )  # fmt: skip
     return compiled
-
-
-_Tensor = torch.Tensor
