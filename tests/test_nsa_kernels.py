@@ -26,14 +26,21 @@ from kernels.nsa import (
 TOL = {torch.float32: 1e-5, torch.float16: 1e-2}
 
 
+def _poison(shape, dtype, device):
+    """NaN for floats, -7 for integers; a scratch allocation's bytes 0xFF (NaN in any float
+    view, -1 in an integer one)."""
+    if dtype == torch.uint8:
+        return torch.full(shape, 255, dtype=dtype, device=device)
+    return torch.full(shape, float("nan") if dtype.is_floating_point else -7, dtype=dtype,
+                      device=device)  # fmt: skip
+
+
 @pytest.fixture(autouse=True)
 def poisoned(monkeypatch):
-    """Every kernel output starts as NaN: elements a kernel fails to write show up."""
-    monkeypatch.setattr(
-        _checks,
-        "new_empty",
-        lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype, device=device),
-    )
+    """Every kernel output and temporary starts poisoned (`_poison`): elements a kernel
+    fails to write, or reads before writing, show up."""
+    monkeypatch.setattr(_checks, "new_empty", _poison)
+    monkeypatch.setattr(_runtime, "new_buffer", _poison)
 
 
 def make_idx(pattern, B, Hkv, T, bs, S):
@@ -292,16 +299,16 @@ def test_duplicate_blocks_in_one_tile_visited_once():
 
 def test_tuning_reaches_every_entry_point(monkeypatch):
     """`tuning=` is honoured by the forward, the backward and selection_attention (seen in
-    what they allocate: the block path's 5-D partials, the dk/dv partial buffer, whose
-    length follows segment_chunks), and anything but an NsaTuning is refused."""
+    the temporaries they ask for: the block path's 5-D partials, the dk/dv partial buffer,
+    whose length follows segment_chunks), and anything but an NsaTuning is refused."""
     shapes = []
-    poison = _checks.new_empty
+    scratch_empty = _runtime.Scratch.empty
 
-    def recording(shape, dtype, device):
+    def recording(self, shape, dtype):
         shapes.append(tuple(shape))
-        return poison(shape, dtype, device)
+        return scratch_empty(self, shape, dtype)
 
-    monkeypatch.setattr(_checks, "new_empty", recording)
+    monkeypatch.setattr(_runtime.Scratch, "empty", recording)
     B, Hq, Hkv, T, D, bs, S = 1, 4, 2, 40, 32, 16, 3
     q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=12)
     do = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=13)[0]
@@ -448,22 +455,21 @@ def test_single_token():
 
 
 def test_later_calls_take_their_temporaries_from_one_allocation(monkeypatch):
-    """A key's first forward and backward allocate their integer temporaries one by one and
-    record the layout; later calls carve them from one allocation (`_runtime.Scratch`; the
-    backward one per phase).
-    Every allocation is poisoned; the block-major phase runs (schedule "blocks", so the
-    forward's row offsets are carved too) and the dk/dv lists are split. Both calls match
-    the reference and each other bit for bit."""
+    """A key's first forward and backward allocate their temporaries one by one and record
+    the layout; later calls carve them from one allocation (`_runtime.Scratch`; the
+    backward one per phase). Every allocation is poisoned (`_poison`); the block-major
+    phase runs (schedule "blocks", so its lists, partials and row offsets are carved too)
+    and the dk/dv lists are split. Both calls match the reference and each other bit for
+    bit."""
     monkeypatch.setattr(_runtime, "_layouts", {})
-    real_empty = torch.empty
     made = []
 
-    def poisoned_empty(*args, **kwargs):
-        x = real_empty(*args, **kwargs)
-        made.append(x.dtype)
-        return x.fill_(-7) if not x.is_floating_point() else x.fill_(float("nan"))
+    def recording(shape, dtype, device):
+        made.append(dtype)
+        return _poison(shape, dtype, device)
 
-    monkeypatch.setattr(torch, "empty", poisoned_empty)
+    monkeypatch.setattr(_runtime, "new_buffer", recording)
+    monkeypatch.setattr(_checks, "new_empty", recording)
     B, Hq, Hkv, T, D, bs, S = 1, 8, 2, 75, 32, 16, 3
     q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=31)
     do = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=32)[0]
@@ -472,7 +478,7 @@ def test_later_calls_take_their_temporaries_from_one_allocation(monkeypatch):
     first = check_against_reference(q, k, v, idx, bs, do, tuning=t)
     n_first, made[:] = len(made), []
     second = check_against_reference(q, k, v, idx, bs, do, tuning=t)
-    assert len(made) == n_first - 13, (n_first, len(made))  # 4 + 3 + 9 buffers, 3 allocations
+    assert len(made) == n_first - 17, (n_first, len(made))  # 7 + 3 + 10 buffers, 3 allocations
     assert made.count(torch.uint8) == 3  # the forward's, the dq phase's, the inversion's
     for a, b in zip((*first[:2], *first[2]), (*second[:2], *second[2]), strict=True):
         assert torch.equal(a, b)

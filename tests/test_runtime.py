@@ -196,6 +196,71 @@ def test_launch_on_a_given_stream(fake):
         assert [run[3] for run in fake.runs][-2:] == [99, 7]
 
 
+@pytest.fixture
+def call_on(monkeypatch):
+    """A `_runtime.Call` on a stand-in CUDA device 0 whose current stream's handle is 7."""
+    monkeypatch.setattr(_runtime, "CHECK_LAUNCH_KEYS", False)
+    monkeypatch.setattr(_runtime, "interpreter_active", lambda: False)
+    monkeypatch.setattr(_runtime, "_current_stream", lambda: (0, "stream", 7))
+    monkeypatch.setattr(_runtime, "_call_plans", {})
+    return lambda key: _runtime.Call(key, torch.device("cuda", 0))
+
+
+def test_call_launches_its_second_and_later_calls_directly(fake, call_on):
+    """A Call's first launch of a (kernel, options) takes the keyed path (compiled here);
+    later calls with the key, in later Calls, go straight to the launcher: the grid padded,
+    the call's stream, tensors as their addresses, the constexprs in signature order. Each
+    options dict is its own launch (the same kernel with other constexprs), and other
+    tensors of the same specialization take the same plan."""
+    key = _runtime.launch_key("call-test", 1)
+    small, large = {"BLOCK": 16, "num_warps": 4}, {"BLOCK": 32, "MODE": "b"}
+    first = call_on(key)
+    assert first.stream == "stream"
+    x = torch.zeros(8)
+    first.launch(fake, (4, 2), (x, 5, 0.5, True), small)
+    first.launch(fake, (4, 2), (x, 5, 0.5, True), large)
+    assert [c[2] for c in fake.jit_calls] == [small, large] and fake.runs == []
+    y = torch.zeros(8)
+    second = call_on(key)
+    second.launch(fake, (4, 2), (y, 5, 0.5, True), small)
+    second.launch(fake, (3,), (y, 6, 0.5, False), large)
+    assert len(fake.jit_calls) == 2
+    assert fake.runs == [
+        (4, 2, 1, 7, "handle", "packed", None, None, None, y.data_ptr(), 5, 0.5, True, 16, "a"),
+        (3, 1, 1, 7, "handle", "packed", None, None, None, y.data_ptr(), 6, 0.5, False, 32, "b"),
+    ]
+
+    class Side:
+        cuda_stream = 99
+
+    second.launch(fake, (1,), (y, 5, 0.5, True), small, stream=Side())
+    assert fake.runs[-1][3] == 99
+    call_on(_runtime.launch_key("call-test", 2)).launch(fake, (1,), (y, 5, 0.5, True), small)
+    assert len(_runtime._call_plans) == 2  # another key has its own table
+
+
+@pytest.mark.parametrize("why", ["no key", "direct=False", "check", "hook", "cpu"])
+def test_call_takes_the_keyed_path_every_time_where_it_must(fake, call_on, monkeypatch, why):
+    """No table without a key, with direct=False, under ATTNBENCH_CHECK_LAUNCH_KEYS (every
+    launch checks its key), with a launch hook installed (it needs the launch metadata),
+    or off CUDA (the interpreter)."""
+    from triton import knobs
+
+    key = None if why == "no key" else _runtime.launch_key("call-test", why)
+    options = {"BLOCK": 16, "direct": why != "direct=False"}
+    seen = []
+    real = _runtime.launch
+    monkeypatch.setattr(_runtime, "launch", lambda *a, **k: seen.append(k) or real(*a, **k))
+    if why == "check":
+        monkeypatch.setattr(_runtime, "CHECK_LAUNCH_KEYS", True)
+    if why == "hook":
+        monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda meta: None)
+    for _ in range(3):
+        c = _runtime.Call(key, torch.device("cpu")) if why == "cpu" else call_on(key)
+        c.launch(fake, (1,), (torch.zeros(8), 5, 0.5, True), options)
+    assert len(seen) == 3
+
+
 def test_launch_direct_false_always_takes_the_jit_path(fake):
     for _ in range(3):
         _runtime.launch(fake, (1,), torch.zeros(8), 5, 0.5, True, BLOCK=16, direct=False)
@@ -384,10 +449,12 @@ def test_launch_direct_on_gpu_matches_torch_across_specializations():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("pattern", ["recent", "random"])
-def test_nsa_direct_launches_match_the_jit_path_bit_for_bit(pattern):
+def test_nsa_direct_launches_match_the_jit_path_bit_for_bit(pattern, monkeypatch):
     """Forward and backward at the seed's group (every launch site, block-major included),
-    bf16: the JIT path's results, then the direct path's second and third calls, and a
-    call on a misaligned q (a new specialization: the JIT path again, then direct)."""
+    bf16: the JIT path's results, then the direct path's calls: with each launch's key
+    checked (ATTNBENCH_CHECK_LAUNCH_KEYS, as in the other tests), then as users run them
+    (`_runtime.Call`'s table: the launcher called straight), and a call on a misaligned q
+    (a new specialization: the JIT path again, then direct)."""
     from kernels.nsa import (
         make_block_idx_random,
         make_block_idx_recent,
@@ -410,7 +477,8 @@ def test_nsa_direct_launches_match_the_jit_path_bit_for_bit(pattern):
         return (o, lse, *selection_backward_triton(q, k, v, idx, bs, do, o, lse, tuning=tuning))
 
     want = run(q, with_fields(direct_launch=False))
-    for _ in range(3):
+    for check in (True, True, False, False, False):
+        monkeypatch.setattr(_runtime, "CHECK_LAUNCH_KEYS", check)
         for got, ref in zip(run(q), want, strict=True):
             assert torch.equal(got, ref)
     flat = torch.empty(q.numel() + 1, device="cuda", dtype=q.dtype)

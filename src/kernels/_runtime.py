@@ -236,6 +236,104 @@ def _launch(kernel, grid, args, kwargs, key, stream):
     return _run(plan, grid, current_stream(device), args)
 
 
+# One wrapper call's launches.
+#
+# Even keyed, `launch` reads the current device and stream, Triton's debug setting and
+# launch hooks, hashes the kernel (a JIT function hashes its source's cache key under a
+# lock) and the key, and takes keyword options as a dict built at the call site, for every
+# launch; a dozen launches per call make that tens of microseconds. A `Call` reads the
+# device, the current stream and the settings once, at the start of the call, and its
+# `launch` finds each launch's compiled kernel in a table of the call's key by the identity
+# of the kernel and of the options dict (the wrapper's per-key plan keeps one dict per
+# launch site, `per_key`), so a launch costs a lookup, the tensors' addresses and Triton's
+# launcher. Its first launch of each (kernel, options) takes `launch`'s keyed path, which
+# compiles or finds the kernel (and, under ATTNBENCH_CHECK_LAUNCH_KEYS=1, where no table is
+# used, checks the key on every launch).
+_call_plans = {}  # (caller key, device index, debug) -> {(id(kernel), id(options)): plan}
+_streams = {}  # torch's (stream id, device index, device type) -> (Stream, raw handle)
+
+
+def _stream_of(ids):
+    """The torch Stream with `ids` (a value: a Stream is those three integers) and its raw
+    handle, made once per stream."""
+    entry = _streams.get(ids)
+    if entry is None:
+        s = torch.cuda.Stream(stream_id=ids[0], device_index=ids[1], device_type=ids[2])
+        entry = _streams[ids] = (s, s.cuda_stream)
+    return entry
+
+
+def _current_stream():
+    """(current device index, its current torch Stream, that stream's raw handle): the
+    device and stream Triton's launches go to."""
+    index = torch.cuda.current_device()
+    return (index, *_stream_of(torch._C._cuda_getCurrentStream(index)))
+
+
+def _hooks_set():
+    """Whether a launch hook (a profiler's) is installed: each hook None or an empty
+    HookChain when not."""
+    runtime = _knobs.runtime
+    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+    return bool(getattr(enter, "calls", enter) or getattr(leave, "calls", leave))
+
+
+class Call:
+    """The launches of one wrapper call (module comment above).
+
+    `Call(key, device)` at the start of the call, `key` its launch key (`launch_key`) or
+    None, `device` its tensors' torch.device; then `launch(kernel, grid, args, options)` for
+    each launch. On a CUDA device, `stream` is the current stream when the call started
+    (a torch Stream; None elsewhere): the call's launches go to it unless told otherwise.
+    """
+
+    __slots__ = ("key", "stream", "_handle", "_plans")
+
+    def __init__(self, key, device):
+        self.key, self.stream, self._handle, self._plans = key, None, None, None
+        if device.type != "cuda" or interpreter_active():
+            return
+        index, self.stream, self._handle = _current_stream()
+        if key is not None and _direct_version() and not CHECK_LAUNCH_KEYS and not _hooks_set():
+            plans_key = (key, index, _knobs.runtime.debug)
+            plans = _call_plans.get(plans_key)
+            if plans is None:
+                plans = _call_plans[plans_key] = {}
+            self._plans = plans
+
+    def launch(self, kernel, grid, args, options, stream=None):
+        """`launch(kernel, grid, *args, key=..., stream=stream, **options)` for this call:
+        `args` the runtime arguments (a tuple), `options` the constexprs and launch options
+        (a dict the caller keeps for the key: its identity names the launch); `stream` a
+        torch Stream, None for the call's."""
+        plans = self._plans
+        if plans is not None:
+            plan = plans.get((id(kernel), id(options)))
+            if plan is not None:
+                _, _, run, function, packed, tail = plan
+                n = len(grid)
+                run(
+                    grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1,
+                    self._handle if stream is None else stream.cuda_stream, function, packed,
+                    None, None, None,
+                    *[a.data_ptr() if type(a) is torch.Tensor else a for a in args], *tail,
+                )  # fmt: skip
+                return
+        key = None if self.key is None else (self.key, id(options))
+        compiled = launch(kernel, grid, *args, key=key, stream=stream, **options)
+        if (
+            plans is not None and options.get("direct", True) and type(grid) is tuple
+            and direct_supported(kernel) and getattr(compiled, "function", None) is not None
+        ):  # fmt: skip
+            names, _, defaults = _info(kernel)
+            rest = zip(names[len(args) :], defaults[len(args) :], strict=True)
+            tail = tuple(options.get(n, d) for n, d in rest)
+            # The plan holds the kernel and the options, so neither id can be reused.
+            plans[(id(kernel), id(options))] = (
+                kernel, options, compiled.run, compiled.function, compiled.packed_metadata, tail,
+            )  # fmt: skip
+
+
 _interned = {}  # LaunchKey -> itself: one object per distinct key (`launch_key`)
 
 
@@ -312,6 +410,12 @@ def _strides(shape):
     return tuple(reversed(out))
 
 
+def new_buffer(shape, dtype, device):
+    """An uninitialised tensor: every `Scratch` allocation goes through here, so that tests
+    can poison them and show which elements a kernel reads before writing."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
 class Scratch:
     """The temporaries of one call (module comment above).
 
@@ -334,7 +438,7 @@ class Scratch:
         """An uninitialised `dtype` tensor of `shape` (a tuple of ints), contiguous."""
         layout = self._layout
         if layout is None:
-            x = torch.empty(shape, dtype=dtype, device=self.device)
+            x = new_buffer(shape, dtype, self.device)
             if self._made is not None:
                 self._made.append((tuple(shape), dtype))
             return x
@@ -353,7 +457,7 @@ class Scratch:
         base = views.get(dtype)
         if base is None:
             if not views:
-                views[torch.uint8] = torch.empty(total, dtype=torch.uint8, device=self.device)
+                views[torch.uint8] = new_buffer((total,), torch.uint8, self.device)
             base = views[dtype] = views[torch.uint8].view(dtype)
         return base.as_strided(shape, stride, offset // base.element_size())
 

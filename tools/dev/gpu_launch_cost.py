@@ -63,6 +63,18 @@ def main():
             f"_runtime.launch (keyed), {n_ptrs} pointers",
             lambda: _runtime.launch(_touch_kernel, (1,), *tensors, *ints, key=key),
         )
+        options = {"N_PTRS": n_ptrs}
+        args = (*tensors, *ints)
+        _runtime.Call(key, dev).launch(_touch_kernel, (1,), args, options)  # fills the table
+        call = _runtime.Call(key, dev)
+        time(
+            f"Call.launch, {n_ptrs} pointers",
+            lambda: call.launch(_touch_kernel, (1,), args, options),
+        )
+        time(
+            f"Call(key) and one Call.launch, {n_ptrs} pointers",
+            lambda: _runtime.Call(key, dev).launch(_touch_kernel, (1,), args, options),
+        )
     q_shape = (1, 16, 4096, 64)
     time(
         "torch.empty o [1,16,4096,64] bf16",
@@ -97,6 +109,15 @@ def main():
         e2.wait()
 
     time("fork and join (two records, two waits)", fork_join, 4)
+    cur = torch.cuda.current_stream()
+
+    def fork_join_given():
+        e1.record(cur)
+        side.wait_event(e1)
+        e2.record(side)
+        cur.wait_event(e2)
+
+    time("fork and join on a given current stream", fork_join_given, 4)
     time("torch.cuda.current_stream()", torch.cuda.current_stream, 0)
     time("x.data_ptr()", bufs[0].data_ptr, 0)
     if a.out:

@@ -63,6 +63,14 @@ def main():
                 setattr(mod, name, _Stub(obj))
     _checks._devices = lambda named: None  # CPU tensors stand in for CUDA ones
     _runtime._current = lambda: (0, lambda device: 0)  # no driver: device 0, stream 0
+    _runtime._current_stream = lambda: (0, None, 0)
+    _runtime.interpreter_active = lambda: False
+    call_init = _runtime.Call.__init__  # a Call on these tensors runs as on a CUDA device
+
+    def cuda_call(self, key, device):
+        call_init(self, key, torch.device("cuda", 0))
+
+    _runtime.Call.__init__ = cuda_call
     _runtime.direct_supported = lambda kernel: True  # the stubs take the direct path too
 
     B, Hq, Hkv, T, D, bs, S = 1, 16, 4, args.seq_len, 64, 64, 16  # the seed shape

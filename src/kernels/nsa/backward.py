@@ -63,7 +63,7 @@ import triton.language as tl
 from .. import _runtime
 from . import _checks
 from .forward import selection_forward_triton
-from .inverse import inverted_lists
+from .inverse import inverted_lists, segment_sizes
 from .tiles import (
     LOG2E,
     _tile_rows,
@@ -381,11 +381,13 @@ class _BackwardPlan(NamedTuple):
     dq_grid: tuple
     dq_args: tuple  # the dq kernel's scalar arguments
     dq_options: tuple  # its constexprs and launch options: (plain launch, SAFE launch)
-    dq_keys: tuple  # their launch keys
     seg_len: int
-    dkdv_args: tuple  # the dk/dv kernel's scalar arguments after the segment counts
+    dkdv_grid: tuple
+    dkdv_args: tuple  # the dk/dv kernel's scalar arguments
     dkdv_options: dict
     reduce: bool  # whether a list can be split (the reduce kernel runs)
+    reduce_grid: tuple
+    reduce_args: tuple
     reduce_options: dict
     scratch_keys: tuple  # the `_runtime.Scratch` keys of the dq phase and the dk/dv phase
 
@@ -405,12 +407,14 @@ def _backward_plan(dims, dtype, qk_scale, tuning, key):
     block_g, _, prec = tile_config(dims.G, dtype, 1)
     block_q = max(1, bt.dkdv_rows // block_g)
     seg_len = block_q * bt.segment_chunks
+    n_seg, n_part = segment_sizes(dims.T, dims.S, dims.NB, seg_len)
+    BH = dims.B * dims.Hkv
     return _BackwardPlan(
         renorm, block_t, (grid[0] * grid[1],), grid,
         (dims.T, dims.NB, dims.Hq, dims.G, qk_scale, dims.scale),
-        (dict(dq, SAFE=False), dict(dq, SAFE=True)), ((key, False), (key, True)),
-        seg_len,
-        (seg_len, dims.Hq, dims.G, qk_scale, dims.scale),
+        (dict(dq, SAFE=False), dict(dq, SAFE=True)),
+        seg_len, (n_seg, BH),
+        (dims.T, dims.NB, n_seg, n_part, seg_len, dims.Hq, dims.G, qk_scale, dims.scale),
         dict(
             S=dims.S, D=dims.D, BS=dims.block_size, BLOCK_Q=block_q, BLOCK_G=block_g,
             PREC=prec, FOR_LOOP=for_loop, RENORM=renorm, direct=tuning.direct_launch,
@@ -419,62 +423,60 @@ def _backward_plan(dims, dtype, qk_scale, tuning, key):
         # A list has at most T * S entries (every slot of every token naming its block);
         # where that fits one segment no list is split and the reduce would find nothing
         # to add.
-        dims.T * dims.S > seg_len,
+        dims.T * dims.S > seg_len, (dims.NB, BH), (dims.T, dims.NB, n_part, dims.scale),
         dict(D=dims.D, BS=dims.block_size, direct=tuning.direct_launch, num_warps=4),
         ((key, "dq"), (key, "dkdv")),
     )  # fmt: skip
 
 
-def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, p, tuning, key):
+def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, p, tuning, call):
     """Run the dq kernel; returns (dq, delta, lse_lo), the last two fp32 [B, Hq, T]: delta =
     rowsum(o * do) and the base-2 correction of lse (None unless `renormalise`). Its tile
     lists and redo flags are views of one allocation, freed on return; p: the call's
-    `_BackwardPlan`."""
+    `_BackwardPlan`, call its `_runtime.Call`."""
     scratch = _runtime.Scratch(q.device, p.scratch_keys[0])
     dq = _checks.new_empty(q.shape, q.dtype, q.device)
     delta = _checks.new_empty(q.shape[:3], torch.float32, q.device)
     lse_lo = _checks.new_empty(q.shape[:3], torch.float32, q.device) if p.renorm else None
     lists, counts = tile_block_lists(
-        block_idx, block_size, p.block_t, tuning=tuning, key=key, scratch=scratch
+        block_idx, block_size, p.block_t, tuning=tuning, call=call, scratch=scratch
     )  # fmt: skip
     # One int32 per tile, written by the plain launch for every tile, read by the SAFE one.
     redo = scratch.empty(p.redo_shape, torch.int32)
-    for options, launch_key in zip(p.dq_options, p.dq_keys, strict=True):  # plain, then SAFE
-        _runtime.launch(
-            _sel_bwd_dq_kernel, p.dq_grid,
-            q, k, v, block_idx, lists, counts, o, do, lse, delta,
-            delta if lse_lo is None else lse_lo, dq, redo, *p.dq_args,
-            key=launch_key, **options,
-        )  # fmt: skip
+    args = (
+        q, k, v, block_idx, lists, counts, o, do, lse, delta,
+        delta if lse_lo is None else lse_lo, dq, redo, *p.dq_args,
+    )  # fmt: skip
+    for options in p.dq_options:  # plain, then SAFE
+        call.launch(_sel_bwd_dq_kernel, p.dq_grid, args, options)
     scratch.close()
     return dq, delta, lse_lo
 
 
-def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, p, tuning, key):
-    """Run the dk/dv kernels over the inverted index (its buffers views of one allocation);
-    returns (dk, dv)."""
+def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, p, tuning, call):
+    """Run the dk/dv kernels over the inverted index (its buffers and the kernel's partial
+    sums views of one allocation); returns (dk, dv)."""
     scratch = _runtime.Scratch(q.device, p.scratch_keys[1])
     dk = _checks.new_empty(k.shape, k.dtype, k.device)
     dv = _checks.new_empty(v.shape, v.dtype, v.device)
     row_ptr, col, segments = inverted_lists(
-        block_idx, block_size, unique=False, seg_len=p.seg_len, tuning=tuning, key=key,
+        block_idx, block_size, unique=False, seg_len=p.seg_len, tuning=tuning, call=call,
         scratch=scratch,
     )  # fmt: skip
     seg_block, seg_start, part_start, n_part = segments
     BH = dims.B * dims.Hkv
-    part = _checks.new_empty((BH, n_part, 2, block_size, dims.D), torch.float32, q.device)
-    _runtime.launch(
-        _sel_bwd_dkdv_kernel, (seg_block.shape[1], BH),
-        q, k, v, do, lse, delta, delta if lse_lo is None else lse_lo, row_ptr, col, seg_block,
-        seg_start, part_start, part, dk, dv,
-        dims.T, dims.NB, seg_block.shape[1], n_part, *p.dkdv_args,
-        key=key, **p.dkdv_options,
+    part = scratch.empty((BH, n_part, 2, block_size, dims.D), torch.float32)
+    call.launch(
+        _sel_bwd_dkdv_kernel, p.dkdv_grid,
+        (q, k, v, do, lse, delta, delta if lse_lo is None else lse_lo, row_ptr, col, seg_block,
+         seg_start, part_start, part, dk, dv,
+         *p.dkdv_args),
+        p.dkdv_options,
     )  # fmt: skip
     if p.reduce:
-        _runtime.launch(
-            _sel_bwd_reduce_kernel, (dims.NB, BH),
-            seg_start, part_start, part, dk, dv, dims.T, dims.NB, n_part, dims.scale,
-            key=key, **p.reduce_options,
+        call.launch(
+            _sel_bwd_reduce_kernel, p.reduce_grid,
+            (seg_start, part_start, part, dk, dv) + p.reduce_args, p.reduce_options,
         )  # fmt: skip
     scratch.close()
     return dk, dv
@@ -511,11 +513,12 @@ def selection_backward_triton(
         _runtime.aligned(q, k, v, block_idx, do, o, lse),
     )  # fmt: skip
     p = _runtime.per_key(key, None, _backward_plan, dims, q.dtype, qk_scale, tuning, key)
+    call = _runtime.Call(key, q.device)
     # The integer temporaries of each phase (the dq kernel's tile lists; the inversion) are
     # views of one allocation per phase, so the first phase's are freed before the second's
     # are made, as with one allocation each.
     dq, delta, lse_lo = _dq_and_delta(
-        q, k, v, block_idx, block_size, do, o, lse, dims, p, tuning, key
+        q, k, v, block_idx, block_size, do, o, lse, dims, p, tuning, call
     )
-    dk, dv = _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, p, tuning, key)
+    dk, dv = _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, p, tuning, call)
     return dq, dk, dv

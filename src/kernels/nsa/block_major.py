@@ -77,7 +77,6 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from .. import _runtime
-from . import _checks
 from .tiles import (
     LN2,
     _flag_nonfinite,
@@ -473,18 +472,24 @@ def _list_sizes(dims, block_t, element_size, tuning):
     return BH, NL, L, _runtime.cdiv(L, chunk)
 
 
-def list_scratch(dims, block_t, element_size, device, tuning=None, key=None):
+def list_scratch(dims, block_t, element_size, device, tuning=None, key=None, scratch=None):
     """hist, col and code of one forward call for its checked `dims`: views of one int32
     buffer filled with -1, so that the three cost one fill. -1 is padding in col and "no
     block yet" in code, and hist counts from -1 (the tile-list kernel adds each list's
     entries to it, the fill kernel counts them down again). Shapes: [BH, NL],
     [BH, T * S + NL * chunk] and [BH, cdiv(T * S + NL * chunk, chunk)] for BH = B * Hkv,
     NL = windows * NB lists and chunk = `chunk_entries`. key: the forward's launch key
-    (`_runtime.per_key`), or None."""
+    (`_runtime.per_key`), or None; scratch: the forward's `_runtime.Scratch`, which the
+    buffer comes from, or None (its own allocation)."""
     BH, NL, L, NC = _runtime.per_key(key, device, _list_sizes, dims, block_t, element_size, tuning)
-    buf = torch.full((BH * (NL + L + NC),), -1, dtype=torch.int32, device=device)
-    hist, col, code = buf.split_with_sizes([BH * NL, BH * L, BH * NC])
-    return hist.view(BH, NL), col.view(BH, L), code.view(BH, NC)
+    buf = (scratch or _runtime.Scratch(device)).empty((BH * (NL + L + NC),), torch.int32)
+    buf.fill_(-1)
+    at = buf.storage_offset()
+    return (
+        buf.as_strided((BH, NL), (NL, 1), at),
+        buf.as_strided((BH, L), (L, 1), at + BH * NL),
+        buf.as_strided((BH, NC), (NC, 1), at + BH * (NL + L)),
+    )
 
 
 class _ListsPlan(NamedTuple):
@@ -525,7 +530,7 @@ def _lists_plan(shape, block_size, block_t, chunk, NL, n_tiles, G, min_blocks, t
 
 def block_lists(
     block_idx, counts, hist, min_blocks, block_size, block_t, chunk, part_l, tuning=None,
-    col=None, code=None, key=None, pdl=False, scratch=None,
+    col=None, code=None, call=None, pdl=False, scratch=None,
 ):  # fmt: skip
     """Per (b, kv head, window, key block), the kept slots of the window's block-handled
     tiles that chose the block.
@@ -544,7 +549,7 @@ def block_lists(
         tuning: an `NsaTuning` (None: the default); its block_major settings apply.
         col, code: buffers for the results, filled with -1 (`list_scratch`); None:
             allocated here.
-        key: the calling wrapper's launch key (`_runtime.launch`), or None.
+        call: the calling wrapper's `_runtime.Call`, or None (launched on their own).
         pdl: launch the fill kernel as a programmatic dependent of the prefix kernel
             (`chain_pdl`; only where `_runtime.pdl_supported`).
         scratch: the calling wrapper's `_runtime.Scratch`, which row_ptr comes from, or
@@ -564,8 +569,10 @@ def block_lists(
     """
     tuning = resolve(tuning)
     dev = block_idx.device
+    if call is None:
+        call = _runtime.Call(None, dev)
     p = _runtime.per_key(
-        key, dev, _lists_plan, tuple(block_idx.shape), block_size, block_t, chunk,
+        call.key, dev, _lists_plan, tuple(block_idx.shape), block_size, block_t, chunk,
         hist.shape[1], counts.shape[1], part_l.shape[3], min_blocks, tuning, pdl,
     )  # fmt: skip
     row_ptr = (scratch or _runtime.Scratch(dev)).empty(p.row_ptr_shape, torch.int32)
@@ -573,11 +580,10 @@ def block_lists(
         col = torch.full(p.col_shape, -1, dtype=torch.int32, device=dev)  # -1: padding
     if code is None:
         code = torch.full(p.code_shape, -1, dtype=torch.int32, device=dev)
-    _runtime.launch(_prefix_kernel, p.prefix_grid, hist, row_ptr, *p.prefix_args, key=key,
-                    **p.prefix_options)  # fmt: skip
-    _runtime.launch(
-        _fill_kernel, p.fill_grid, block_idx, counts, hist, row_ptr, col, code, part_l,
-        *p.fill_args, key=key, **p.fill_options,
+    call.launch(_prefix_kernel, p.prefix_grid, (hist, row_ptr, *p.prefix_args), p.prefix_options)
+    call.launch(
+        _fill_kernel, p.fill_grid,
+        (block_idx, counts, hist, row_ptr, col, code, part_l, *p.fill_args), p.fill_options,
     )  # fmt: skip
     return row_ptr, col, code
 
@@ -638,7 +644,7 @@ def _block_plan(dims, dtype, block_t, n_tiles, min_blocks, qk_scale, tuning, int
 
 def block_major_forward(
     q, k, v, block_idx, counts, hist, col, code, min_blocks, o, lse, flags, dims, block_t,
-    qk_scale, tuning, key=None, interpreted=None, scratch=None,
+    qk_scale, tuning, call=None, interpreted=None, scratch=None,
 ):  # fmt: skip
     """Write o and lse of the block-handled tiles (called by `selection_forward_triton`).
 
@@ -653,28 +659,33 @@ def block_major_forward(
             non-finite (a hidden key's value may have reached it).
         block_t: tokens per tile (the forward's); qk_scale: softmax scale * log2(e).
         tuning: the forward's `NsaTuning`; its block_major settings apply.
-        key: the forward's launch key (`_runtime.launch`), or None.
+        call: the forward's `_runtime.Call`, or None (launched on their own).
         interpreted: whether Triton's interpreter runs the kernels (None: read it here).
-        scratch: the forward's `_runtime.Scratch` (for `block_lists`), or None.
+        scratch: the forward's `_runtime.Scratch`, which the partials and `block_lists`'s
+            row offsets come from, or None (their own allocations).
     """
     if interpreted is None:
         interpreted = _runtime.interpreter_active()
     dev = q.device
+    if call is None:
+        call = _runtime.Call(None, dev)
     p = _runtime.per_key(
-        key, dev, _block_plan, dims, q.dtype, block_t, counts.shape[1], min_blocks, qk_scale,
-        tuning, interpreted, dev,
+        call.key, dev, _block_plan, dims, q.dtype, block_t, counts.shape[1], min_blocks,
+        qk_scale, tuning, interpreted, dev,
     )  # fmt: skip
-    part_o = _checks.new_empty(p.part_o_shape, q.dtype, dev)
-    part_l = _checks.new_empty(p.part_o_shape[:4], torch.float32, dev)
+    if scratch is None:
+        scratch = _runtime.Scratch(dev)
+    part_o = scratch.empty(p.part_o_shape, q.dtype)
+    part_l = scratch.empty(p.part_o_shape[:4], torch.float32)
     row_ptr, col, code = block_lists(
         block_idx, counts, hist, min_blocks, dims.block_size, block_t, p.chunk, part_l, tuning,
-        col=col, code=code, key=key, pdl=p.pdl, scratch=scratch,
+        col=col, code=code, call=call, pdl=p.pdl, scratch=scratch,
     )  # fmt: skip
-    _runtime.launch(
-        _partial_kernel, p.partial_grid, q, k, v, row_ptr, col, code, part_o, part_l, flags,
-        *p.partial_args, key=key, **p.partial_options,
+    call.launch(
+        _partial_kernel, p.partial_grid,
+        (q, k, v, row_ptr, col, code, part_o, part_l, flags, *p.partial_args), p.partial_options,
     )  # fmt: skip
-    _runtime.launch(
-        _combine_kernel, p.combine_grid, counts, part_o, part_l, o, lse, *p.combine_args,
-        key=key, **p.combine_options,
+    call.launch(
+        _combine_kernel, p.combine_grid, (counts, part_o, part_l, o, lse, *p.combine_args),
+        p.combine_options,
     )  # fmt: skip

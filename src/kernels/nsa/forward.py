@@ -414,44 +414,45 @@ def selection_forward_triton(
     )
     dev = q.device
     p = _runtime.per_key(key, dev, _forward_plan, dims, q.dtype, tuning, dev)
+    call = _runtime.Call(key, dev)
     o = _checks.new_empty(q.shape, q.dtype, dev)
     lse = _checks.new_empty(q.shape[:3], torch.float32, dev)
+    # The call's temporaries (flags, tile lists, the block-major phase's lists and partials)
+    # in one allocation.
+    scratch = _runtime.Scratch(dev, key)
     hist = None
     if p.min_blocks is not None:
         hist, col, code = block_major.list_scratch(
-            dims, p.block_t, q.element_size(), dev, tuning, key=key
+            dims, p.block_t, q.element_size(), dev, tuning, key=key, scratch=scratch
         )  # fmt: skip
-    # The call's integer temporaries (flags, tile lists, row offsets) in one allocation.
-    scratch = _runtime.Scratch(dev, key)
     flags = scratch.empty(p.flags_shape, torch.int32)
     lists, counts = tile_block_lists(
         block_idx, block_size, p.block_t, hist, p.min_blocks or 0, flags=flags, tuning=tuning,
-        key=key, scratch=scratch,
+        call=call, scratch=scratch,
     )  # fmt: skip
     side = p.side
     if side is not None:
         fork, join = _fork_join_events(dev)
-        fork.record()  # on the current stream, after the tile lists and counts
+        fork.record(call.stream)  # after the tile lists and counts
         side.wait_event(fork)
-    _runtime.launch(
-        _sel_fwd_kernel, p.grid, q, k, v, block_idx, lists, counts, o, lse, flags,
-        *p.tile_scalars, key=key, stream=side, **p.tile_options,
+    call.launch(
+        _sel_fwd_kernel, p.grid, (q, k, v, block_idx, lists, counts, o, lse, flags, *p.tile_scalars),
+        p.tile_options, stream=side,
     )  # fmt: skip
     if hist is not None:
         block_major.block_major_forward(
             q, k, v, block_idx, counts, hist, col, code, p.min_blocks, o, lse, flags, dims,
-            p.block_t, p.qk_scale, tuning, key=key, interpreted=not p.for_loop,
+            p.block_t, p.qk_scale, tuning, call=call, interpreted=not p.for_loop,
             scratch=scratch,
         )  # fmt: skip
     scratch.close()
     if side is not None:
-        # Join: everything after the call on the current stream (and the caching
-        # allocator's reuse of this call's temporaries, allocated on it) waits for the tile
-        # kernel.
+        # Join: everything after the call on its stream (and the caching allocator's reuse
+        # of this call's temporaries, allocated on it) waits for the tile kernel.
         join.record(side)
-        join.wait()
-    _runtime.launch(
-        _sel_fwd_fix_kernel, p.fix_grid, q, k, v, block_idx, lists, counts, o, lse, flags,
-        *p.fix_scalars, key=key, **p.fix_options,
+        call.stream.wait_event(join)
+    call.launch(
+        _sel_fwd_fix_kernel, p.fix_grid,
+        (q, k, v, block_idx, lists, counts, o, lse, flags, *p.fix_scalars), p.fix_options,
     )  # fmt: skip
     return (o, lse) if return_lse else o

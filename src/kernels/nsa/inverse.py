@@ -203,6 +203,14 @@ class _InversePlan(NamedTuple):
     fill_options: dict
 
 
+def segment_sizes(T, S, NB, seg_len):
+    """(NSEG, n_part) of `inverted_lists` with segments of seg_len entries: NB + T * S //
+    seg_len bounds the segments (every block's first one, plus one per seg_len entries of
+    the T * S), and a split list (count > seg_len) needs cdiv(count, seg_len) < 2 * count /
+    seg_len partial slots, so max(1, 2 * T * S // seg_len) hold them all."""
+    return NB + T * S // seg_len, max(1, 2 * T * S // seg_len)
+
+
 def _inverse_plan(shape, block_size, unique, seg_len, tuning):
     t, direct = tuning.backward, tuning.direct_launch
     B, Hkv, T, S = shape
@@ -212,12 +220,12 @@ def _inverse_plan(shape, block_size, unique, seg_len, tuning):
     n_tiles = _runtime.cdiv(T, tt)
     l_pad = _runtime.next_pow2(tt * S)
     key64 = (NB + 2) * tt > 2**31 - 1
-    n_seg = 0 if seg_len is None else NB + T * S // seg_len
+    n_seg, n_part = (0, 0) if seg_len is None else segment_sizes(T, S, NB, seg_len)
     jb = t.invert_scan_buckets
     return _InversePlan(
         (BH, n_tiles * l_pad), torch.int64 if key64 else torch.int32, (BH, n_tiles, NB + 1),
         (BH, NB + 1), (BH, n_seg), (BH, T * S),
-        0 if seg_len is None else max(1, 2 * T * S // seg_len),
+        n_part,
         (n_tiles, BH),
         (T, NB),
         dict(S=S, BS=block_size, TT=tt, L_PAD=l_pad, ZB=t.invert_prefix_block, UNIQUE=unique,
@@ -232,21 +240,23 @@ def _inverse_plan(shape, block_size, unique, seg_len, tuning):
 
 
 def inverted_lists(
-    block_idx, block_size, unique=True, seg_len=None, tuning=None, key=None, scratch=None
+    block_idx, block_size, unique=True, seg_len=None, tuning=None, call=None, scratch=None
 ):
     """(row_ptr, col, segments) of block_idx's inverse (module doc); segments is None
     unless seg_len is given, else (seg_block, seg_start, part_start, n_part) as
     backward.py's dk/dv kernels read them:
     seg_block int32 [BH, NSEG] (NSEG = NB + T * S // seg_len, which bounds the segments),
     seg_start and part_start int32 [BH, NB + 1], and n_part = max(1, 2 * T * S // seg_len)
-    partial slots per (b, kv head) (a split list has count > seg_len, so its
-    cdiv(count, seg_len) < 2 * count / seg_len slots). block_idx: checked by the caller;
-    key: the calling wrapper's launch key (`_runtime.launch`), or None; scratch: its
-    `_runtime.Scratch`, which every buffer comes from, or None (their own allocations)."""
+    partial slots per (b, kv head) (`segment_sizes`). block_idx: checked by the caller;
+    call: the calling wrapper's `_runtime.Call`, or None (launched on their own); scratch:
+    its `_runtime.Scratch`, which every buffer comes from, or None (their own
+    allocations)."""
     tuning = resolve(tuning)
     dev = block_idx.device
+    if call is None:
+        call = _runtime.Call(None, dev)
     p = _runtime.per_key(
-        key, dev, _inverse_plan, tuple(block_idx.shape), block_size, unique, seg_len, tuning
+        call.key, dev, _inverse_plan, tuple(block_idx.shape), block_size, unique, seg_len, tuning
     )  # fmt: skip
     new = (scratch or _runtime.Scratch(dev)).empty
     keys = new(p.keys_shape, p.keys_dtype)
@@ -254,9 +264,9 @@ def inverted_lists(
     total = new(p.row_shape, torch.int32)
     row_ptr = new(p.row_shape, torch.int32)
     done = new(p.row_shape[:1], torch.int32)  # the scan's count
-    _runtime.launch(
-        _inv_sort_kernel, p.tile_grid, block_idx, keys, hist, done, *p.sort_args, key=key,
-        **p.sort_options,
+    call.launch(
+        _inv_sort_kernel, p.tile_grid, (block_idx, keys, hist, done, *p.sort_args),
+        p.sort_options,
     )  # fmt: skip
     segments = None
     if seg_len is None:
@@ -266,14 +276,14 @@ def inverted_lists(
         seg_start = new(p.row_shape, torch.int32)
         part_start = new(p.row_shape, torch.int32)
         segments = (seg_block, seg_start, part_start, p.n_part)
-    _runtime.launch(
-        _inv_scan_kernel, p.scan_grid, hist, total, done, row_ptr, seg_block, seg_start,
-        part_start, *p.scan_args, key=key, **p.scan_options,
+    call.launch(
+        _inv_scan_kernel, p.scan_grid,
+        (hist, total, done, row_ptr, seg_block, seg_start, part_start, *p.scan_args),
+        p.scan_options,
     )  # fmt: skip
     col = new(p.col_shape, torch.int32)
-    _runtime.launch(
-        _inv_fill_kernel, p.tile_grid, keys, hist, row_ptr, col, *p.fill_args, key=key,
-        **p.fill_options,
+    call.launch(
+        _inv_fill_kernel, p.tile_grid, (keys, hist, row_ptr, col, *p.fill_args), p.fill_options
     )  # fmt: skip
     return row_ptr, col, segments
 

@@ -153,8 +153,8 @@ def _tile_lists_plan(shape, block_size, block_t, NL, min_blocks, zero_flags, tun
 
 
 def tile_block_lists(
-    block_idx, block_size, block_t, hist=None, min_blocks=0, flags=None, tuning=None, key=None,
-    scratch=None,
+    block_idx, block_size, block_t, hist=None, min_blocks=0, flags=None, tuning=None,
+    call=None, scratch=None,
 ):  # fmt: skip
     """Per tile of block_t consecutive tokens, the distinct kept blocks its tokens selected.
 
@@ -170,7 +170,7 @@ def tile_block_lists(
         min_blocks: see hist.
         flags: optional int32 [B * Hkv, n_tiles], zero-filled here.
         tuning: an `NsaTuning` (None: the default); its forward.tile_list_warps apply.
-        key: the calling wrapper's launch key (`_runtime.launch`), or None.
+        call: the calling wrapper's `_runtime.Call`, or None (launched on its own).
         scratch: the calling wrapper's `_runtime.Scratch`, which lists and counts come
             from, or None (their own allocations).
     Returns:
@@ -183,17 +183,22 @@ def tile_block_lists(
     tuning = resolve(tuning)
     shape = tuple(block_idx.shape)
     NL = None if hist is None else hist.shape[1]
+    dev = block_idx.device
+    if call is None:
+        call = _runtime.Call(None, dev)
     p = _runtime.per_key(
-        key, block_idx.device, _tile_lists_plan, shape, block_size, block_t, NL, min_blocks,
+        call.key, dev, _tile_lists_plan, shape, block_size, block_t, NL, min_blocks,
         flags is not None, tuning,
     )  # fmt: skip
     if scratch is None:
-        scratch = _runtime.Scratch(block_idx.device)
+        scratch = _runtime.Scratch(dev)
     lists = scratch.empty(p.lists_shape, torch.int32)
     counts = scratch.empty(p.counts_shape, torch.int32)
-    _runtime.launch(
-        _tile_list_kernel, p.grid, block_idx, lists, counts, counts if hist is None else hist,
-        counts if flags is None else flags, *p.args, key=key, **p.options,
+    call.launch(
+        _tile_list_kernel, p.grid,
+        (block_idx, lists, counts, counts if hist is None else hist,
+         counts if flags is None else flags, *p.args),
+        p.options,
     )  # fmt: skip
     return lists, counts
 
