@@ -5,15 +5,17 @@ a cProfile of 50 calls.
     PYTHONPATH=.:src python3 -m tools.dev.gpu_nsa_host [--out DIR] [T ...]   (about 1 min)
 
 Seed shape (B=1, Hq=16, Hkv=4, D=64, bs=64, S=16), bf16, both patterns; T defaults to 2048
-8192 32768. Calls: the forward, the backward with lse given, and the backward with
-lse=None. Prints one table (µs per call); with --out, writes host.json and one cProfile
-listing per call to DIR.
+8192 32768. Calls: the autograd step (`selection_attention`, then `torch.autograd.grad` of
+q, k and v, as the suite's NsaAutograd), the forward, the backward with lse given, and the
+backward with lse=None. Prints one table (µs per call); with --out, writes host.json and
+one cProfile listing per call to DIR.
 """
 
 import argparse
 import cProfile
 import io
 import json
+import math
 import pathlib
 import pstats
 import statistics
@@ -24,6 +26,7 @@ from benchmarks.common import eager_seconds, host_seconds, per_call_seconds
 from kernels.nsa import (
     make_block_idx_random,
     make_block_idx_recent,
+    selection_attention,
     selection_backward_triton,
     selection_forward_triton,
 )
@@ -48,7 +51,14 @@ def inputs(T, pattern, seed):
 
 def calls(x):
     qkv = (x["q"], x["k"], x["v"])
+    leaves = tuple(t.detach().requires_grad_(True) for t in qkv)
+
+    def autograd_step():
+        o = selection_attention(*leaves, x["idx"], BS)
+        return torch.autograd.grad(o, leaves, x["do"])
+
     return {
+        "autograd": autograd_step,
         "forward": lambda: selection_forward_triton(*qkv, x["idx"], BS),
         "backward": lambda: selection_backward_triton(
             *qkv, x["idx"], BS, x["do"], x["o"], x["lse"]
@@ -100,7 +110,11 @@ def main():
                 med = lambda xs: statistics.median(xs) * 1e6  # noqa: E731
                 host = med(host_seconds(fns, ops + 8))
                 eager = med(eager_seconds(fns))
-                graph = med(per_call_seconds(fns, calls=2 * SETS))
+                # The autograd step cannot be captured (the engine runs it on its own
+                # thread): no graph figure.
+                graph = math.nan
+                if name != "autograd":
+                    graph = med(per_call_seconds(fns, calls=2 * SETS))
                 rows.append(dict(T=T, pattern=pattern, call=name, ops=ops, host_us=host,
                                  eager_us=eager, graph_us=graph))  # fmt: skip
                 line = f"{T:>6} {pattern:8} {name:18} {ops:>4} {host:8.1f} {eager:8.1f}"
