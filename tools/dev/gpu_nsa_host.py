@@ -7,8 +7,8 @@ a cProfile of 50 calls.
 Seed shape (B=1, Hq=16, Hkv=4, D=64, bs=64, S=16), bf16, both patterns; T defaults to 2048
 8192 32768. Calls: the autograd step (`selection_attention`, then `torch.autograd.grad` of
 q, k and v, as the suite's NsaAutograd), the forward, the backward with lse given, and the
-backward with lse=None. Prints one table (µs per call); with --out, writes host.json and
-one cProfile listing per call to DIR.
+backward with lse=None. Prints one table (µs per call); with --out, writes host.json, and
+per call a cProfile listing (this thread) and a torch.profiler table (every thread) to DIR.
 """
 
 import argparse
@@ -79,6 +79,17 @@ def device_ops(fn):
     return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
 
 
+def torch_listing(fn, n=20):
+    """torch.profiler's CPU and CUDA tables of n calls, by self CPU time: unlike cProfile it
+    sees every thread, so the autograd engine's worker (which runs the backward) too."""
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40)
+
+
 def host_listing(fn, n=50):
     pr = cProfile.Profile()
     pr.enable()
@@ -121,6 +132,7 @@ def main():
                 print(f"{line} {graph:8.1f}", flush=True)
                 if out and pattern == "recent" and T == a.T[0]:
                     (out / f"cprofile_{name}.txt").write_text(host_listing(fns[0]))
+                    (out / f"torch_profile_{name}.txt").write_text(torch_listing(fns[0]))
     if out:
         (out / "host.json").write_text(json.dumps(rows, indent=1))
 
