@@ -145,6 +145,15 @@ def _check_call(kernel, n_args, kwargs):
             raise TypeError(f"{_name(kernel)}: pass runtime argument {name!r} by position")
 
 
+def _tail(kernel, n_args, kwargs):
+    """The values of `kernel`'s parameters after its `n_args` runtime arguments (its
+    constexprs), from `kwargs` or their defaults, in signature order: what the compiled
+    kernel's launcher takes after the runtime arguments."""
+    names, _, defaults = _info(kernel)
+    rest = zip(names[n_args:], defaults[n_args:], strict=True)
+    return tuple(kwargs.get(n, d) for n, d in rest)
+
+
 def _current():
     """(current device, the function giving a device's current stream) of Triton's active
     driver: the device and stream the JIT path launches on."""
@@ -224,10 +233,7 @@ def _launch(kernel, grid, args, kwargs, key, stream):
             with torch.cuda.stream(stream):
                 compiled = _jit_launch(kernel, grid, args, kwargs)
         if getattr(compiled, "function", None) is not None:
-            names, _, defaults = _info(kernel)
-            rest = zip(names[len(args) :], defaults[len(args) :], strict=True)
-            tail = tuple(kwargs.get(n, d) for n, d in rest)
-            _plans[full] = (compiled, tail)
+            _plans[full] = (compiled, _tail(kernel, len(args), kwargs))
             if key is not None:
                 _keyed[keyed] = _plans[full]
         return compiled
@@ -325,12 +331,10 @@ class Call:
             plans is not None and options.get("direct", True) and type(grid) is tuple
             and direct_supported(kernel) and getattr(compiled, "function", None) is not None
         ):  # fmt: skip
-            names, _, defaults = _info(kernel)
-            rest = zip(names[len(args) :], defaults[len(args) :], strict=True)
-            tail = tuple(options.get(n, d) for n, d in rest)
             # The plan holds the kernel and the options, so neither id can be reused.
             plans[(id(kernel), id(options))] = (
-                kernel, options, compiled.run, compiled.function, compiled.packed_metadata, tail,
+                kernel, options, compiled.run, compiled.function, compiled.packed_metadata,
+                _tail(kernel, len(args), options),
             )  # fmt: skip
 
 
@@ -493,12 +497,11 @@ def aligned(*tensors):
 def _run(plan, grid, stream, args):
     """Call a plan's compiled launcher on `grid` and `stream` with the runtime `args`."""
     compiled, tail = plan
-    runtime = _knobs.runtime
-    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
-    # No profiler hooked in (each hook None or an empty HookChain): the launcher calls nothing.
-    if not (getattr(enter, "calls", enter) or getattr(leave, "calls", leave)):
+    # No profiler hooked in: the launcher calls nothing.
+    if not _hooks_set():
         enter = leave = meta = None
     else:
+        enter, leave = _knobs.runtime.launch_enter_hook, _knobs.runtime.launch_exit_hook
         meta = compiled.launch_metadata(grid, stream, *args, *tail)
     n = len(grid)
     # Tensors go to the launcher as their addresses. Given a tensor, Triton's launcher calls
