@@ -44,6 +44,7 @@ def main():
     ap.add_argument("--seq-len", type=int, default=2048)
     ap.add_argument("--calls", type=int, default=500)
     ap.add_argument("--profile", action="store_true", help="also print a cProfile listing")
+    ap.add_argument("--profile-call", default="autograd recent", help="the call --profile lists")
     ap.add_argument(
         "--device",
         choices=("cpu", "meta"),
@@ -91,6 +92,13 @@ def main():
         calls[f"backward {pattern}"] = lambda idx=idx, o=o, lse=lse: nsa.selection_backward_triton(
             q, k, v, idx, bs, do, o, lse
         )
+        leaves = tuple(t.detach().requires_grad_(True) for t in (q, k, v))
+
+        def autograd_step(idx=idx, leaves=leaves):
+            out = nsa.selection_attention(*leaves, idx, bs)
+            return torch.autograd.grad(out, leaves, do)
+
+        calls[f"autograd {pattern}"] = autograd_step
     print(f"seed shape, T={T}, {args.device} tensors, launches stubbed: us of host Python per call")
     for name, fn in calls.items():
         for _ in range(20):
@@ -103,7 +111,7 @@ def main():
             best = min(best, (time.perf_counter() - t0) / args.calls)
         print(f"  {name:18} {best * 1e6:7.1f}")
     if args.profile:
-        fn = calls["forward recent"]
+        fn = calls[args.profile_call]
         prof = cProfile.Profile()
         prof.runcall(lambda: [fn() for _ in range(args.calls)])
         pstats.Stats(prof).sort_stats("tottime").print_stats(15)
