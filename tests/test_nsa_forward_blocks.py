@@ -92,18 +92,9 @@ def test_auto_schedule_mixes_paths(case):
 
 
 def test_each_path_writes_only_its_tiles(monkeypatch):
-    """With every partial of the block-major phase dropped (lse -inf: no kept slot, and NaN
-    partials that must not be read), exactly the rows of block-handled tiles read as rows
-    with no key (o = 0, lse = -inf): the combine, in the forward's last kernel, writes them
-    from the partials alone and no other row; every other row is the tile kernel's, as the
-    reference's."""
-
-    def dropped(q, k, v, block_idx, counts, hist, col, code, min_blocks, flags, dims, *a, **kw):
-        BH = dims.B * dims.Hkv
-        part_o = torch.full((BH, dims.T, dims.S, dims.G, dims.D), float("nan"), dtype=q.dtype)
-        return part_o, torch.full(part_o.shape[:4], float("-inf"))
-
-    monkeypatch.setattr(block_major, "block_major_forward", dropped)
+    """Without the block-major phase, exactly the rows of block-handled tiles stay NaN: the
+    tile kernel skips them and writes every other row."""
+    monkeypatch.setattr(block_major, "block_major_forward", lambda *args, **kwargs: None)
     B, Hq, Hkv, T, D, bs, S = 1, 4, 1, 45, 32, 16, 4
     q, k, v = qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=39)
     idx = make_idx("odd", B, Hkv, T, bs, S)
@@ -111,12 +102,10 @@ def test_each_path_writes_only_its_tiles(monkeypatch):
     thr = (counts.min().item() + counts.max().item()) // 2
     t = schedule("auto", ratio=(thr + 0.5) / S, tile_rows=16)
     o, lse = fwd(q, k, v, idx, bs, return_lse=True, tuning=t)
-    handled = (counts[0] > thr).repeat_interleave(4)[:T][None].expand(Hq, T)  # 4 tokens a tile
-    ro, rlse = reference(q, k, v, idx, bs, torch.zeros_like(q))[:2]
-    assert handled.any() and (~handled).any() and torch.isfinite(rlse[0][handled]).any()
-    assert torch.all(lse[0][handled] == float("-inf")) and torch.all(o[0][handled] == 0)
-    assert not torch.isnan(o).any() and not torch.isnan(lse).any()
-    assert rel_err(o[0][~handled], ro[0][~handled]) < TOL[q.dtype]
+    handled = (counts[0] > thr).repeat_interleave(4)[:T]  # 4 tokens per tile
+    assert handled.any() and (~handled).any()
+    assert torch.equal(torch.isnan(lse[0]), handled[None].expand(Hq, T))
+    assert torch.equal(torch.isnan(o[0]).all(-1), handled[None].expand(Hq, T))
 
 
 @pytest.mark.parametrize("T", [64, 65])

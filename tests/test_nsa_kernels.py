@@ -113,7 +113,7 @@ def test_long_lists_split_into_segments(case):
 
 
 FORWARD_LAUNCHES = ["_tile_list_kernel", "_sel_fwd_kernel", "_sel_fwd_fix_kernel"]
-BLOCK_MAJOR_LAUNCHES = ["_prefix_kernel", "_fill_kernel", "_partial_kernel"]
+BLOCK_MAJOR_LAUNCHES = ["_prefix_kernel", "_fill_kernel", "_partial_kernel", "_combine_kernel"]
 BACKWARD_LAUNCHES = [
     "_tile_list_kernel", "_sel_bwd_dq_kernel", "_sel_bwd_dq_kernel", "_inv_sort_kernel",
     "_inv_scan_kernel", "_inv_fill_kernel", "_sel_bwd_dkdv_kernel",

@@ -29,7 +29,7 @@ def test_kernels_compile_for_sm90():
         for ln in r.stdout.splitlines()
         if ln.strip().endswith(tuple("0123456789")) and "_kernel" in ln
     }
-    for name in ("_sel_fwd_kernel", "_partial_kernel", "_sel_fwd_fix_kernel", "_sel_bwd_dq_kernel",
+    for name in ("_sel_fwd_kernel", "_partial_kernel", "_combine_kernel", "_sel_bwd_dq_kernel",
                  "_sel_bwd_dkdv_kernel", "_inv_sort_kernel", "_inv_scan_kernel",
                  "_inv_fill_kernel"):  # fmt: skip
         assert name in kernels, r.stdout

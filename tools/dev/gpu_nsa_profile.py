@@ -30,7 +30,7 @@ from benchmarks.common import per_call_seconds
 from kernels.nsa import selection_forward_triton, tuning
 from kernels.nsa.indices import make_block_idx_random, make_block_idx_recent
 
-KERNELS = ("_partial_kernel", "_sel_fwd_fix_kernel", "_fill_kernel", "_sel_fwd_kernel",
+KERNELS = ("_partial_kernel", "_combine_kernel", "_fill_kernel", "_sel_fwd_kernel",
            "_tile_list_kernel", "_prefix_kernel")  # fmt: skip
 
 

@@ -42,10 +42,8 @@ CUDA graph):
    chosen by every token (block 0 of the 'random' pattern) simply fills many chunks, so the
    load is balanced by construction; the padding costs at most one partly empty chunk per
    list.
-5. `_combine_tile`, per block-handled tile, in forward.py's last kernel (the fix-up kernel,
-   which runs after the partials and the token-tile kernel anyway, so the combine costs no
-   launch of its own): for each row, the partials of its kept slots (those with a finite
-   lse_part: a dropped slot's -inf from step 3 keeps its unwritten
+5. `_combine_kernel`, per block-handled tile: for each row, the partials of its kept slots
+   (those with a finite lse_part: a dropped slot's -inf from step 3 keeps its unwritten
    partial from being read), in slot order: with M = max lse_s and w_s = exp2(lse_s - M),
    o = sum_s w_s o_part_s / sum_s w_s and lse = (M + log2 sum_s w_s) ln 2. Every slot's lse
    is read first, so M and the weights are known before the partials are read, all at once
@@ -396,10 +394,48 @@ def _combine_tile(
     tl.store(LSE + o_row // D, b_lse, mask=row_ok)
 
 
-_SMS = {}  # CUDA device index -> its streaming multiprocessors (`multiprocessors`)
+@triton.jit
+def _combine_kernel(
+    COUNT, PART_O, PART_L, O, LSE, T, Hq, G, MIN_BLOCKS, N_TILES,
+    S: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr,
+    WALK: tl.constexpr, WAIT: tl.constexpr,
+):  # fmt: skip
+    """Tiles pid, pid + num_programs, ... of one (b, kv head): the block-handled ones are
+    combined, the others skipped (persistent programs: on the 'recent' pattern no tile is
+    block-handled, and a few programs reading the counts cost less than one per tile).
+    The next tile's count is read before this tile is combined, so the branch on it does
+    not wait for memory. WALK: a power of two >= the tiles of one program, or 0: no
+    pre-check. WAIT: launched as a programmatic dependent (`chain_pdl`): first wait for
+    the partial kernel's writes."""
+    if WAIT:
+        tl.extra.cuda.gdc_wait()
+    pid_t = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    n_prog = tl.num_programs(0)
+    p_count = COUNT + i_bh.to(tl.int64) * N_TILES
+    # All of the program's counts first, in one vector load (WALK >= its tiles): on the
+    # 'recent' pattern none exceeds MIN_BLOCKS, and the walk below never starts.
+    todo = True
+    if WALK > 0:
+        i_w = pid_t + tl.arange(0, WALK) * n_prog
+        todo = tl.max(tl.load(p_count + i_w, mask=i_w < N_TILES, other=0), axis=0) > MIN_BLOCKS
+    if todo:
+        n = tl.load(p_count + pid_t, mask=pid_t < N_TILES, other=0)
+        while pid_t < N_TILES:
+            nxt = pid_t + n_prog
+            n_next = tl.load(p_count + nxt, mask=nxt < N_TILES, other=0)
+            if n > MIN_BLOCKS:
+                _combine_tile(
+                    PART_O, PART_L, O, LSE, pid_t, i_bh, T, Hq, G, S, D, BLOCK_T, BLOCK_G
+                )  # fmt: skip
+            n = n_next
+            pid_t = nxt
 
 
-def multiprocessors(device):
+_SMS = {}  # CUDA device index -> its streaming multiprocessors (`_multiprocessors`)
+
+
+def _multiprocessors(device):
     """Streaming multiprocessors of a CUDA device (a host-side query, made once per
     device); 1 elsewhere."""
     if device.type != "cuda":
@@ -562,20 +598,27 @@ class _BlockPlan(NamedTuple):
     partial_grid: tuple
     partial_args: tuple  # scalar arguments
     partial_options: dict  # constexprs and launch options
+    combine_grid: tuple
+    combine_args: tuple
+    combine_options: dict
 
 
-def _block_plan(dims, dtype, block_t, n_tiles, qk_scale, tuning, interpreted, device):
+def _block_plan(dims, dtype, block_t, n_tiles, min_blocks, qk_scale, tuning, interpreted, device):
     t = tuning.block_major
     BH = dims.B * dims.Hkv
     block_g = _runtime.next_pow2(dims.G)
     prec = "ieee" if dtype == torch.float32 else "tf32"
     _, n_lists, L, NC = _list_sizes(dims, block_t, dtype.itemsize, tuning)
     chunk = chunk_entries(dims.G, dtype.itemsize, tuning)
-    # The chain prefix -> fill -> partial as programmatic dependents (`chain_pdl`).
+    # The chain fill -> partial -> combine as programmatic dependents (`chain_pdl`).
     pdl = t.chain_pdl and not interpreted and _runtime.pdl_supported(device)
     n_chunks = _runtime.cdiv(dims.T * dims.S, chunk) + n_lists  # the most any row can have
     if t.partial_waves is not None:
-        n_chunks = min(n_chunks, _runtime.cdiv(t.partial_waves * multiprocessors(device), BH))
+        n_chunks = min(n_chunks, _runtime.cdiv(t.partial_waves * _multiprocessors(device), BH))
+    n_comb = n_tiles
+    if t.combine_waves is not None:
+        n_comb = min(n_tiles, _runtime.cdiv(t.combine_waves * _multiprocessors(device), BH))
+    walk = _runtime.next_pow2(_runtime.cdiv(n_tiles, n_comb))
     return _BlockPlan(
         chunk, pdl, (BH, dims.T, dims.S, dims.G, dims.D),
         (n_chunks, BH),
@@ -589,20 +632,28 @@ def _block_plan(dims, dtype, block_t, n_tiles, qk_scale, tuning, interpreted, de
             EVICT=t.partial_store_evict, WAIT=pdl, launch_pdl=pdl,
             direct=tuning.direct_launch, num_warps=t.partial_warps,
         ),
+        (n_comb, BH),
+        (dims.T, dims.Hq, dims.G, min_blocks, n_tiles),
+        dict(
+            S=dims.S, D=dims.D, BLOCK_T=block_t, BLOCK_G=block_g,
+            WALK=walk if walk <= t.combine_precheck_tiles else 0, WAIT=pdl, launch_pdl=pdl,
+            direct=tuning.direct_launch, num_warps=t.combine_warps,
+        ),
     )  # fmt: skip
 
 
 def block_major_forward(
-    q, k, v, block_idx, counts, hist, col, code, min_blocks, flags, dims, block_t, qk_scale,
-    tuning, call=None, interpreted=None, scratch=None,
+    q, k, v, block_idx, counts, hist, col, code, min_blocks, o, lse, flags, dims, block_t,
+    qk_scale, tuning, call=None, interpreted=None, scratch=None,
 ):  # fmt: skip
-    """The partials of the block-handled tiles (steps 2 to 4; called by
-    `selection_forward_triton`, whose last kernel combines them: step 5, `_combine_tile`).
+    """Write o and lse of the block-handled tiles (called by `selection_forward_triton`).
 
     Args:
         q, k, v, block_idx: the forward's checked inputs; dims their `_checks.Dims`.
         counts, hist, min_blocks, col, code: as for `block_lists` (hist, col and code from
             `list_scratch`).
+        o: [B, Hq, T, D], lse: fp32 [B, Hq, T], the forward's outputs: rows of block-handled
+            tiles are written here, the others left alone.
         flags: int32 [B * Hkv, n_tiles], zero-filled: set to 1 for each block-handled tile
             with a row whose partial over a block that takes the causal mask ended
             non-finite (a hidden key's value may have reached it).
@@ -612,10 +663,6 @@ def block_major_forward(
         interpreted: whether Triton's interpreter runs the kernels (None: read it here).
         scratch: the forward's `_runtime.Scratch`, which the partials and `block_lists`'s
             row offsets come from, or None (their own allocations).
-    Returns:
-        part_o: [B * Hkv, T, S, G, D] in q's dtype and part_l: fp32 [B * Hkv, T, S, G], the
-        partial results and their base-2 lse (-inf: no partial for that slot); only the
-        slots of block-handled tiles are written.
     """
     if interpreted is None:
         interpreted = _runtime.interpreter_active()
@@ -623,8 +670,8 @@ def block_major_forward(
     if call is None:
         call = _runtime.Call(None, dev)
     p = _runtime.per_key(
-        call.key, dev, _block_plan, dims, q.dtype, block_t, counts.shape[1], qk_scale, tuning,
-        interpreted, dev,
+        call.key, dev, _block_plan, dims, q.dtype, block_t, counts.shape[1], min_blocks,
+        qk_scale, tuning, interpreted, dev,
     )  # fmt: skip
     if scratch is None:
         scratch = _runtime.Scratch(dev)
@@ -638,4 +685,7 @@ def block_major_forward(
         _partial_kernel, p.partial_grid,
         (q, k, v, row_ptr, col, code, part_o, part_l, flags, *p.partial_args), p.partial_options,
     )  # fmt: skip
-    return part_o, part_l
+    call.launch(
+        _combine_kernel, p.combine_grid, (counts, part_o, part_l, o, lse, *p.combine_args),
+        p.combine_options,
+    )  # fmt: skip

@@ -67,7 +67,6 @@ import triton.language as tl
 
 from .. import _runtime
 from . import _checks, block_major
-from .block_major import _combine_tile
 from .tiles import (
     LN2,
     LOG2E,
@@ -244,46 +243,34 @@ def _sel_fwd_kernel(
 
 @triton.jit
 def _sel_fwd_fix_kernel(
-    Q, K, V, IDX, LIST, COUNT, O, LSE, FLAG, PART_O, PART_L,
-    T, NB, Hq, G, qk_scale, MIN_BLOCKS, N_TILES,
+    Q, K, V, IDX, LIST, COUNT, O, LSE, FLAG,
+    T, NB, Hq, G, qk_scale, N_TILES,
     S: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, S_PAD: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, PREC: tl.constexpr,
-    FOR_LOOP: tl.constexpr, WALK: tl.constexpr, COMBINE: tl.constexpr, PDL: tl.constexpr,
+    FOR_LOOP: tl.constexpr, FIX: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
-    """The last kernel of a forward call: tiles pid, pid + num_programs, ... of one
-    (b, kv head). A flagged tile (FLAG, from either path) is redone on the token-tile path
-    with SAFE products; with COMBINE, an unflagged block-handled tile (COUNT > MIN_BLOCKS)
-    gets its rows from its slots' partials (`block_major._combine_tile`, step 5 there). A
-    flagged block-handled tile is only redone: the redo writes every row of the tile.
-    WALK: a power of two >= the tiles of one program; their flags (and counts) are checked
-    in one vector load first, so that a program with nothing to do (clean inputs, and with
-    COMBINE no block-handled tile: the 'recent' pattern) returns at once. PDL: launched as
-    a programmatic dependent (`fix_pdl`), so first wait until the kernels before it have
-    finished and their writes (flags, partials, o, lse) are visible."""
+    """Tiles pid * FIX .. pid * FIX + FIX - 1 of one (b, kv head): each flagged one (FLAG,
+    from either path) is redone on the token-tile path with SAFE products. One vector load
+    of the flags when none is set (clean inputs). PDL: launched as a programmatic dependent
+    (`fix_pdl`), so first wait until the kernels before it have finished and their writes
+    (flags, o, lse) are visible."""
     if PDL:
         tl.extra.cuda.gdc_wait()
     pid = tl.program_id(0)
-    n_prog = tl.num_programs(0)
     i_bh = tl.program_id(1)
-    o_bh = i_bh.to(tl.int64) * N_TILES
-    i_w = pid + tl.arange(0, WALK) * n_prog
-    b_todo = tl.load(FLAG + o_bh + i_w, mask=i_w < N_TILES, other=0) != 0
-    if COMBINE:
-        b_todo = b_todo | (tl.load(COUNT + o_bh + i_w, mask=i_w < N_TILES, other=0) > MIN_BLOCKS)
-    if tl.max(b_todo.to(tl.int32), axis=0) > 0:
-        pid_t = pid
-        while pid_t < N_TILES:
-            if tl.load(FLAG + o_bh + pid_t) != 0:
+    p_flag = FLAG + i_bh.to(tl.int64) * N_TILES
+    i_f = pid * FIX + tl.arange(0, FIX)
+    if tl.max(tl.load(p_flag + i_f, mask=i_f < N_TILES, other=0)) > 0:
+        i = 0
+        while i < FIX:
+            pid_t = pid * FIX + i
+            if tl.load(p_flag + pid_t, mask=pid_t < N_TILES, other=0) != 0:
                 _sel_fwd_tile(
-                    Q, K, V, IDX, LIST, COUNT, O, LSE, FLAG, pid_t, i_bh, o_bh + pid_t, T, NB,
-                    Hq, G, qk_scale, S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, FOR_LOOP, True,
+                    Q, K, V, IDX, LIST, COUNT, O, LSE, FLAG, pid_t, i_bh,
+                    i_bh.to(tl.int64) * N_TILES + pid_t, T, NB, Hq, G, qk_scale,
+                    S, D, BS, S_PAD, BLOCK_T, BLOCK_G, PREC, FOR_LOOP, True,
                 )  # fmt: skip
-            elif COMBINE:
-                if tl.load(COUNT + o_bh + pid_t) > MIN_BLOCKS:
-                    _combine_tile(
-                        PART_O, PART_L, O, LSE, pid_t, i_bh, T, Hq, G, S, D, BLOCK_T, BLOCK_G
-                    )  # fmt: skip
-            pid_t += n_prog
+            i += 1
 
 
 def block_path_bytes(dims, element_size):
@@ -383,33 +370,12 @@ def _forward_plan(dims, dtype, tuning, device):
         shared, SKIP_BLOCK_TILES=min_blocks is not None, TRIGGER=pdl,
         num_stages=forward_stages(block_t, tuning),
     )  # fmt: skip
-    n_tiles = grid[0]
-    if min_blocks is None:
-        # Fix-up only: fix_tiles tiles a program, checked in one vector load.
-        n_prog, walk_max, fix_warps = (
-            _runtime.cdiv(n_tiles, ft.fix_tiles),
-            ft.fix_tiles,
-            ft.num_warps,
-        )
-    else:
-        # With the combine: persistent programs (`combine_waves` per SM), each walking every
-        # n_prog-th tile, at most `combine_precheck_tiles` of them.
-        bt = tuning.block_major
-        n_prog = n_tiles
-        if bt.combine_waves is not None:
-            n_prog = _runtime.cdiv(bt.combine_waves * block_major.multiprocessors(device), grid[1])
-        walk_max, fix_warps = bt.combine_precheck_tiles, bt.combine_warps
-    n_prog = min(n_tiles, max(n_prog, _runtime.cdiv(n_tiles, walk_max)))
     return _ForwardPlan(
         block_t, min_blocks, qk_scale, for_loop, side, grid, (grid[1], grid[0]),
         tile_scalars, tile_options,
-        (n_prog, grid[1]),
-        (*tile_scalars[:6], n_tiles),  # the tile kernel's first six scalars
-        dict(
-            shared, WALK=_runtime.next_pow2(_runtime.cdiv(n_tiles, n_prog)),
-            COMBINE=min_blocks is not None, PDL=pdl, launch_pdl=pdl, num_stages=1,
-            num_warps=fix_warps,
-        ),
+        (_runtime.cdiv(grid[0], ft.fix_tiles), grid[1]),
+        (*tile_scalars[:5], grid[0]),
+        dict(shared, FIX=ft.fix_tiles, PDL=pdl, launch_pdl=pdl, num_stages=1),
     )  # fmt: skip
 
 
@@ -473,10 +439,9 @@ def selection_forward_triton(
         _sel_fwd_kernel, p.grid, (q, k, v, block_idx, lists, counts, o, lse, flags, *p.tile_scalars),
         p.tile_options, stream=side,
     )  # fmt: skip
-    part_o = part_l = lse  # placeholders: no block-major phase, nothing to combine
     if hist is not None:
-        part_o, part_l = block_major.block_major_forward(
-            q, k, v, block_idx, counts, hist, col, code, p.min_blocks, flags, dims,
+        block_major.block_major_forward(
+            q, k, v, block_idx, counts, hist, col, code, p.min_blocks, o, lse, flags, dims,
             p.block_t, p.qk_scale, tuning, call=call, interpreted=not p.for_loop,
             scratch=scratch,
         )  # fmt: skip
@@ -488,7 +453,6 @@ def selection_forward_triton(
         call.stream.wait_event(join)
     call.launch(
         _sel_fwd_fix_kernel, p.fix_grid,
-        (q, k, v, block_idx, lists, counts, o, lse, flags, part_o, part_l, *p.fix_scalars),
-        p.fix_options,
+        (q, k, v, block_idx, lists, counts, o, lse, flags, *p.fix_scalars), p.fix_options,
     )  # fmt: skip
     return (o, lse) if return_lse else o

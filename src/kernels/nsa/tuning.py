@@ -40,7 +40,7 @@ class ForwardTuning:
     overlap_tile_kernel: bool = True
     # Warps of the tile-list kernel (forward, dq): one warp sorts by lane shuffles, no barrier
     tile_list_warps: int = 1
-    # Tiles per fix-up program with no block-major phase: clean inputs cost one vector load
+    # Tiles per fix-up program (a power of two): clean inputs cost one vector load a program
     fix_tiles: int = 128
     # The fix-up kernel as a programmatic dependent of the token-tile kernel, on GPUs with
     # programmatic dependent launch (compute capability >= 9.0; elsewhere an ordinary
@@ -69,12 +69,11 @@ class BlockMajorTuning:
     partial_waves: int | None = 16
     # Partial-loop stages: the next chunk's q rows and K/V land in shared memory meanwhile
     partial_stages: int = 2
-    # Warps of the forward's last kernel (fix-up and combine) when the block-major phase
-    # runs: one program per SM, a tile's partial loads all in flight
+    # Warps per combine program: one program per SM, a tile's partial loads all in flight
     combine_warps: int = 16
-    # Its persistent programs per SM (None: one per tile): one resident program each
+    # Persistent combine programs per SM (None: one per tile): one resident program each
     combine_waves: int | None = 1
-    # Most tiles one of its programs pre-checks in one vector load of their counts, so that a
+    # Most tiles a combine program pre-checks in one vector load of their counts, so that a
     # call with no block-handled tile skips the walk (8 values a thread at 16 warps)
     combine_precheck_tiles: int = 4096
     # Lists per step of the prefix-sum kernel (one program per (b, kv head) loops over them)
@@ -91,7 +90,7 @@ class BlockMajorTuning:
     partial_fast_math: bool = True
     # Eviction policy of the partial-o stores: read once by the combine, L2 left to q
     partial_store_evict: str = "evict_first"
-    # The fill and partial kernels as programmatic dependents of the kernel before
+    # The fill, partial and combine kernels as programmatic dependents of the kernel before
     # each (compute capability >= 9.0; elsewhere ordinary launches): each one's launch
     # overlaps the end of the one before, and it waits on the device for that one's writes
     chain_pdl: bool = True
