@@ -84,11 +84,20 @@ def capture(run):
     return graph, out
 
 
+@pytest.mark.parametrize("checked", [True, False], ids=["keys-checked", "as-users-run"])
 @pytest.mark.parametrize("pattern", ["recent", "random"])
-def test_calls_inside_a_callers_cuda_graph_match_eager(pattern):
+def test_calls_inside_a_callers_cuda_graph_match_eager(pattern, checked, monkeypatch):
     """Forward, backward (lse given and recomputed) and the autograd step, each captured in a
     caller's graph and replayed on new input values: bitwise the eager result on those
-    values (the kernels are deterministic), and not the result on the captured values."""
+    values (the kernels are deterministic), and not the result on the captured values.
+    checked: every launch key checked (ATTNBENCH_CHECK_LAUNCH_KEYS, as the other tests run),
+    or as users run: by the capture, each call is direct (`_runtime.Call.direct`), its
+    temporaries passed to the kernels as addresses in the graph's memory pool."""
+    from kernels import _runtime
+
+    monkeypatch.setattr(_runtime, "CHECK_LAUNCH_KEYS", checked)
+    monkeypatch.setattr(_runtime, "_call_plans", {})  # this test's own launch tables
+    monkeypatch.setattr(_runtime, "_direct_calls", set())
     B, Hq, Hkv, T, D, bs, S = 1, 16, 4, 1000, 64, 64, 16  # the seed's heads; T not a multiple
     gen = torch.Generator(device="cuda").manual_seed(11)
 
@@ -118,6 +127,10 @@ def test_calls_inside_a_callers_cuda_graph_match_eager(pattern):
         "autograd": autograd_step,
     }
     before = {name: [t.clone() for t in run()] for name, run in calls.items()}
+    if not checked:
+        for run in calls.values():
+            run()  # the second call with each key: direct from here on
+        assert len(_runtime._direct_calls) >= 2  # the forward's key and the backward's
     graphs = {name: capture(run) for name, run in calls.items()}
     for static, new in zip((q, k, v, do), values(), strict=True):
         static.copy_(new)

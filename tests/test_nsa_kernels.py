@@ -304,9 +304,9 @@ def test_tuning_reaches_every_entry_point(monkeypatch):
     shapes = []
     scratch_empty = _runtime.Scratch.empty
 
-    def recording(self, shape, dtype):
+    def recording(self, shape, dtype, tensor=False):
         shapes.append(tuple(shape))
-        return scratch_empty(self, shape, dtype)
+        return scratch_empty(self, shape, dtype, tensor)
 
     monkeypatch.setattr(_runtime.Scratch, "empty", recording)
     B, Hq, Hkv, T, D, bs, S = 1, 4, 2, 40, 32, 16, 3

@@ -261,6 +261,39 @@ def test_call_takes_the_keyed_path_every_time_where_it_must(fake, call_on, monke
     assert len(seen) == 3
 
 
+def test_a_call_is_direct_once_an_earlier_call_closed_with_every_launch_in_the_table(
+    fake, call_on, monkeypatch
+):
+    """The first call with a key fills the table; once it closes, later calls are direct.
+    A call with a launch that cannot be in the table (direct=False) or that never closed
+    leaves its key not direct, and a direct call's launch missing from the table raises
+    (its scratch buffers would reach Triton's JIT path as integers)."""
+    monkeypatch.setattr(_runtime, "_direct_calls", set())
+    x, opts, other = torch.zeros(8), {"BLOCK": 16}, {"BLOCK": 32}
+    key = _runtime.launch_key("direct-test", 1)
+    first = call_on(key)
+    assert not first.direct
+    first.launch(fake, (1,), (x, 5, 0.5, True), opts)
+    assert not call_on(key).direct  # not closed yet
+    first.close()
+    second = call_on(key)
+    assert second.direct
+    second.launch(fake, (1,), (x.data_ptr(), 5, 0.5, True), opts)  # an address: direct
+    assert fake.runs[-1][9] == x.data_ptr() and len(fake.jit_calls) == 1
+    with pytest.raises(RuntimeError, match="did not make"):
+        second.launch(fake, (1,), (x, 5, 0.5, True), other)
+    assert len(fake.jit_calls) == 1
+    key2 = _runtime.launch_key("direct-test", 2)
+    for _ in range(2):
+        c = call_on(key2)
+        c.launch(fake, (1,), (x, 5, 0.5, True), opts)
+        c.launch(fake, (1,), (x, 5, 0.5, True), {"BLOCK": 16, "direct": False})
+        c.close()
+    assert not call_on(key2).direct
+    monkeypatch.setattr(_runtime, "CHECK_LAUNCH_KEYS", True)
+    assert not call_on(key).direct  # checked calls use no table
+
+
 def test_launch_direct_false_always_takes_the_jit_path(fake):
     for _ in range(3):
         _runtime.launch(fake, (1,), torch.zeros(8), 5, 0.5, True, BLOCK=16, direct=False)
@@ -418,6 +451,29 @@ def test_scratch_records_only_a_closed_call_and_no_key_allocates_plainly():
     a, b = _scratch_call(None), _scratch_call(None)
     assert a[0].untyped_storage().data_ptr() != a[1].untyped_storage().data_ptr()
     assert [x.shape for x in a] == [x.shape for x in b]
+
+
+def test_scratch_with_addresses_gives_each_buffer_its_address_in_one_allocation():
+    """Once the layout is recorded, a Scratch with addresses returns ints: the recorded
+    offsets from one allocation's start; `tensor=True` still gives a view at the same place.
+    Before the layout exists (the first call) it returns tensors."""
+    key = _runtime.LaunchKey("scratch test", 4)
+    s = _runtime.Scratch(torch.device("cpu"), key, addresses=True)
+    assert not s.addresses
+    first = [s.empty(shape, dtype) for shape, dtype in _SPECS]
+    s.close()
+    assert all(type(x) is torch.Tensor for x in first)
+    s = _runtime.Scratch(torch.device("cpu"), key, addresses=True)
+    assert s.addresses
+    got = [s.empty(shape, dtype) for shape, dtype in _SPECS[:-1]]
+    view = s.empty(*_SPECS[-1], tensor=True)
+    s.close()
+    assert all(type(a) is int for a in got)
+    offsets = [part[3] for part in _runtime._layouts[key][1]]
+    base = got[0] - offsets[0]
+    assert [a - base for a in got] == offsets[:-1]
+    assert view.data_ptr() - base == offsets[-1] and view.shape == _SPECS[-1][0]
+    assert not _runtime.Scratch(torch.device("cpu"), key).addresses  # not asked
 
 
 # On a GPU: real compiled kernels through the direct path.

@@ -255,7 +255,15 @@ def _launch(kernel, grid, args, kwargs, key, stream):
 # launcher. Its first launch of each (kernel, options) takes `launch`'s keyed path, which
 # compiles or finds the kernel (and, under ATTNBENCH_CHECK_LAUNCH_KEYS=1, where no table is
 # used, checks the key on every launch).
+#
+# Once a call with a key has closed (`Call.close`) with every one of its launches in the
+# table, later calls with that key are *direct*: their launches are all known, so the
+# call's temporaries can go to them as device addresses (`Scratch` with addresses=True), not
+# as tensor views, whose making costs more host time than the launch that reads them. A
+# direct call's launch missing from the table raises: Triton's JIT path would take such an
+# address for an integer argument.
 _call_plans = {}  # (caller key, device index, debug) -> {(id(kernel), id(options)): plan}
+_direct_calls = set()  # the keys of `_call_plans` whose calls are direct
 _streams = {}  # torch's (stream id, device index, device type) -> (Stream, raw handle)
 
 
@@ -293,19 +301,27 @@ class Call:
     (a torch Stream; None elsewhere): the call's launches go to it unless told otherwise.
     """
 
-    __slots__ = ("key", "stream", "_handle", "_plans")
+    __slots__ = ("key", "stream", "direct", "_handle", "_plans", "_plans_key", "_complete")
 
     def __init__(self, key, device):
         self.key, self.stream, self._handle, self._plans = key, None, None, None
+        self.direct, self._complete = False, True
         if device.type != "cuda" or interpreter_active():
             return
         index, self.stream, self._handle = _current_stream()
         if key is not None and _direct_version() and not CHECK_LAUNCH_KEYS and not _hooks_set():
-            plans_key = (key, index, _knobs.runtime.debug)
+            plans_key = self._plans_key = (key, index, _knobs.runtime.debug)
             plans = _call_plans.get(plans_key)
             if plans is None:
                 plans = _call_plans[plans_key] = {}
             self._plans = plans
+            self.direct = plans_key in _direct_calls
+
+    def close(self):
+        """The call made every launch: if each of them is in the table, later calls with
+        the key are direct."""
+        if self._plans is not None and self._complete and not self.direct:
+            _direct_calls.add(self._plans_key)
 
     def launch(self, kernel, grid, args, options, stream=None):
         """`launch(kernel, grid, *args, key=..., stream=stream, **options)` for this call:
@@ -325,6 +341,11 @@ class Call:
                     *[a.data_ptr() if type(a) is torch.Tensor else a for a in args], *tail,
                 )  # fmt: skip
                 return
+            if self.direct:
+                raise RuntimeError(
+                    f"{_name(kernel)}: a launch that the earlier calls with key {self.key!r} "
+                    "did not make; the key must determine a call's launches"
+                )
         key = None if self.key is None else (self.key, id(options))
         compiled = launch(kernel, grid, *args, key=key, stream=stream, **options)
         if (
@@ -336,6 +357,8 @@ class Call:
                 kernel, options, compiled.run, compiled.function, compiled.packed_metadata,
                 _tail(kernel, len(args), options),
             )  # fmt: skip
+        else:
+            self._complete = False
 
 
 _interned = {}  # LaunchKey -> itself: one object per distinct key (`launch_key`)
@@ -423,23 +446,33 @@ def new_buffer(shape, dtype, device):
 class Scratch:
     """The temporaries of one call (module comment above).
 
-    `Scratch(device, key)`; then `empty(shape, dtype)` per buffer, in the same order on
-    every call with `key`, and `close()` once the call has made all of them (only a closed
-    first call records its layout). With key None, `empty` is `torch.empty`. Buffers are
-    uninitialised, as `torch.empty`'s; all of them share one lifetime: the allocation is
-    freed once every view of it is.
+    `Scratch(device, key, addresses)`; then `empty(shape, dtype)` per buffer, in the same
+    order on every call with `key`, and `close()` once the call has made all of them (only a
+    closed first call records its layout). With key None, `empty` is `torch.empty`. Buffers
+    are uninitialised, as `torch.empty`'s; all of them share one lifetime: the allocation is
+    freed once every view of it, and the Scratch, are. addresses: the call is direct
+    (`Call.direct`): once the layout is recorded, `empty` returns each buffer's device
+    address (an int, for a launch's pointer argument) instead of a view, unless asked for a
+    tensor; the caller keeps the Scratch until its launches are queued.
     """
 
-    __slots__ = ("device", "key", "_layout", "_views", "_made", "_i")
+    __slots__ = ("device", "key", "_layout", "_views", "_made", "_i", "_addresses", "_ptr")
 
-    def __init__(self, device, key=None):
-        self.device, self.key, self._i = device, key, 0
+    def __init__(self, device, key=None, addresses=False):
+        self.device, self.key, self._i, self._ptr = device, key, 0, None
         self._layout = _layouts.get(key) if key is not None else None
         self._views = None  # one view of the allocation per dtype, made on first use
         self._made = [] if key is not None and self._layout is None else None
+        self._addresses = addresses and self._layout is not None
 
-    def empty(self, shape, dtype):
-        """An uninitialised `dtype` tensor of `shape` (a tuple of ints), contiguous."""
+    @property
+    def addresses(self):
+        """Whether `empty` returns addresses (a direct call with a recorded layout)."""
+        return self._addresses
+
+    def empty(self, shape, dtype, tensor=False):
+        """An uninitialised `dtype` buffer of `shape` (a tuple of ints), contiguous: a tensor,
+        or its address (an int) for a Scratch made with addresses, unless `tensor`."""
         layout = self._layout
         if layout is None:
             x = new_buffer(shape, dtype, self.device)
@@ -457,11 +490,12 @@ class Scratch:
         _, _, stride, offset = parts[i]
         views = self._views
         if views is None:
-            views = self._views = {}
+            views = self._views = {torch.uint8: new_buffer((total,), torch.uint8, self.device)}
+            self._ptr = views[torch.uint8].data_ptr()
+        if self._addresses and not tensor:
+            return self._ptr + offset
         base = views.get(dtype)
         if base is None:
-            if not views:
-                views[torch.uint8] = new_buffer((total,), torch.uint8, self.device)
             base = views[dtype] = views[torch.uint8].view(dtype)
         return base.as_strided(shape, stride, offset // base.element_size())
 

@@ -432,9 +432,9 @@ def _backward_plan(dims, dtype, qk_scale, tuning, key):
 def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, p, tuning, call):
     """Run the dq kernel; returns (dq, delta, lse_lo), the last two fp32 [B, Hq, T]: delta =
     rowsum(o * do) and the base-2 correction of lse (None unless `renormalise`). Its tile
-    lists and redo flags are views of one allocation, freed on return; p: the call's
-    `_BackwardPlan`, call its `_runtime.Call`."""
-    scratch = _runtime.Scratch(q.device, p.scratch_keys[0])
+    lists and redo flags are views of one allocation (their addresses in a direct call),
+    freed on return; p: the call's `_BackwardPlan`, call its `_runtime.Call`."""
+    scratch = _runtime.Scratch(q.device, p.scratch_keys[0], call.direct)
     dq = _checks.new_empty(q.shape, q.dtype, q.device)
     delta = _checks.new_empty(q.shape[:3], torch.float32, q.device)
     lse_lo = _checks.new_empty(q.shape[:3], torch.float32, q.device) if p.renorm else None
@@ -455,8 +455,8 @@ def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, p, tuning, c
 
 def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, p, tuning, call):
     """Run the dk/dv kernels over the inverted index (its buffers and the kernel's partial
-    sums views of one allocation); returns (dk, dv)."""
-    scratch = _runtime.Scratch(q.device, p.scratch_keys[1])
+    sums views of one allocation, or their addresses in a direct call); returns (dk, dv)."""
+    scratch = _runtime.Scratch(q.device, p.scratch_keys[1], call.direct)
     dk = _checks.new_empty(k.shape, k.dtype, k.device)
     dv = _checks.new_empty(v.shape, v.dtype, v.device)
     row_ptr, col, segments = inverted_lists(
@@ -521,4 +521,5 @@ def selection_backward_triton(
         q, k, v, block_idx, block_size, do, o, lse, dims, p, tuning, call
     )
     dk, dv = _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, p, tuning, call)
+    call.close()
     return dq, dk, dv

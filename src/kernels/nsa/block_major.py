@@ -480,10 +480,15 @@ def list_scratch(dims, block_t, element_size, device, tuning=None, key=None, scr
     [BH, T * S + NL * chunk] and [BH, cdiv(T * S + NL * chunk, chunk)] for BH = B * Hkv,
     NL = windows * NB lists and chunk = `chunk_entries`. key: the forward's launch key
     (`_runtime.per_key`), or None; scratch: the forward's `_runtime.Scratch`, which the
-    buffer comes from, or None (its own allocation)."""
+    buffer comes from, or None (its own allocation); a Scratch with addresses gives the
+    three as device addresses (ints)."""
     BH, NL, L, NC = _runtime.per_key(key, device, _list_sizes, dims, block_t, element_size, tuning)
-    buf = (scratch or _runtime.Scratch(device)).empty((BH * (NL + L + NC),), torch.int32)
+    scratch = scratch or _runtime.Scratch(device)
+    buf = scratch.empty((BH * (NL + L + NC),), torch.int32, tensor=True)
     buf.fill_(-1)
+    if scratch.addresses:  # a direct call: the kernels take addresses
+        at = buf.data_ptr()
+        return at, at + 4 * BH * NL, at + 4 * BH * (NL + L)
     at = buf.storage_offset()
     return (
         buf.as_strided((BH, NL), (NL, 1), at),
@@ -530,7 +535,7 @@ def _lists_plan(shape, block_size, block_t, chunk, NL, n_tiles, G, min_blocks, t
 
 def block_lists(
     block_idx, counts, hist, min_blocks, block_size, block_t, chunk, part_l, tuning=None,
-    col=None, code=None, call=None, pdl=False, scratch=None,
+    col=None, code=None, call=None, pdl=False, scratch=None, sizes=None,
 ):  # fmt: skip
     """Per (b, kv head, window, key block), the kept slots of the window's block-handled
     tiles that chose the block.
@@ -554,6 +559,8 @@ def block_lists(
             (`chain_pdl`; only where `_runtime.pdl_supported`).
         scratch: the calling wrapper's `_runtime.Scratch`, which row_ptr comes from, or
             None (its own allocation).
+        sizes: (NW * NB, n_tiles, G), which are otherwise read off hist, counts and part_l:
+            needed where those are device addresses (a direct call's scratch).
     Returns:
         row_ptr: int32 [B * Hkv, NL + 1] (NL = NW * NB lists, list w * NB + j for block j
             in window w), multiples of chunk; list l's places of row bh are
@@ -571,9 +578,11 @@ def block_lists(
     dev = block_idx.device
     if call is None:
         call = _runtime.Call(None, dev)
+    if sizes is None:
+        sizes = hist.shape[1], counts.shape[1], part_l.shape[3]
     p = _runtime.per_key(
-        call.key, dev, _lists_plan, tuple(block_idx.shape), block_size, block_t, chunk,
-        hist.shape[1], counts.shape[1], part_l.shape[3], min_blocks, tuning, pdl,
+        call.key, dev, _lists_plan, tuple(block_idx.shape), block_size, block_t, chunk, *sizes,
+        min_blocks, tuning, pdl,
     )  # fmt: skip
     row_ptr = (scratch or _runtime.Scratch(dev)).empty(p.row_ptr_shape, torch.int32)
     if col is None:
@@ -593,6 +602,7 @@ class _BlockPlan(NamedTuple):
     alone (`_block_plan`)."""
 
     chunk: int
+    n_lists: int  # NW * NB
     pdl: bool
     part_o_shape: tuple
     partial_grid: tuple
@@ -620,7 +630,7 @@ def _block_plan(dims, dtype, block_t, n_tiles, min_blocks, qk_scale, tuning, int
         n_comb = min(n_tiles, _runtime.cdiv(t.combine_waves * _multiprocessors(device), BH))
     walk = _runtime.next_pow2(_runtime.cdiv(n_tiles, n_comb))
     return _BlockPlan(
-        chunk, pdl, (BH, dims.T, dims.S, dims.G, dims.D),
+        chunk, n_lists, pdl, (BH, dims.T, dims.S, dims.G, dims.D),
         (n_chunks, BH),
         (dims.T, n_lists, dims.Hq, dims.G, L, NC, n_tiles, qk_scale),
         dict(
@@ -651,7 +661,8 @@ def block_major_forward(
     Args:
         q, k, v, block_idx: the forward's checked inputs; dims their `_checks.Dims`.
         counts, hist, min_blocks, col, code: as for `block_lists` (hist, col and code from
-            `list_scratch`).
+            `list_scratch`); with a direct call's scratch, counts, hist, col, code and
+            flags are device addresses (ints), and so are the partials made here.
         o: [B, Hq, T, D], lse: fp32 [B, Hq, T], the forward's outputs: rows of block-handled
             tiles are written here, the others left alone.
         flags: int32 [B * Hkv, n_tiles], zero-filled: set to 1 for each block-handled tile
@@ -669,9 +680,10 @@ def block_major_forward(
     dev = q.device
     if call is None:
         call = _runtime.Call(None, dev)
+    n_tiles = _runtime.cdiv(dims.T, block_t)
     p = _runtime.per_key(
-        call.key, dev, _block_plan, dims, q.dtype, block_t, counts.shape[1], min_blocks,
-        qk_scale, tuning, interpreted, dev,
+        call.key, dev, _block_plan, dims, q.dtype, block_t, n_tiles, min_blocks, qk_scale,
+        tuning, interpreted, dev,
     )  # fmt: skip
     if scratch is None:
         scratch = _runtime.Scratch(dev)
@@ -680,6 +692,7 @@ def block_major_forward(
     row_ptr, col, code = block_lists(
         block_idx, counts, hist, min_blocks, dims.block_size, block_t, p.chunk, part_l, tuning,
         col=col, code=code, call=call, pdl=p.pdl, scratch=scratch,
+        sizes=(p.n_lists, n_tiles, dims.G),
     )  # fmt: skip
     call.launch(
         _partial_kernel, p.partial_grid,

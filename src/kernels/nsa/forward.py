@@ -331,6 +331,7 @@ class _ForwardPlan(NamedTuple):
 
     block_t: int
     min_blocks: int | None  # `block_path_min_blocks`; None: no block-major phase
+    n_lists: int | None  # the block-major phase's lists (`block_major.list_windows` * NB)
     qk_scale: float
     for_loop: bool
     side: object  # the token-tile kernel's stream (`side_stream`), or None
@@ -370,8 +371,11 @@ def _forward_plan(dims, dtype, tuning, device):
         shared, SKIP_BLOCK_TILES=min_blocks is not None, TRIGGER=pdl,
         num_stages=forward_stages(block_t, tuning),
     )  # fmt: skip
+    n_lists = (
+        None if min_blocks is None else block_major.list_windows(dims.T, block_t, tuning) * dims.NB
+    )
     return _ForwardPlan(
-        block_t, min_blocks, qk_scale, for_loop, side, grid, (grid[1], grid[0]),
+        block_t, min_blocks, n_lists, qk_scale, for_loop, side, grid, (grid[1], grid[0]),
         tile_scalars, tile_options,
         (_runtime.cdiv(grid[0], ft.fix_tiles), grid[1]),
         (*tile_scalars[:5], grid[0]),
@@ -418,8 +422,8 @@ def selection_forward_triton(
     o = _checks.new_empty(q.shape, q.dtype, dev)
     lse = _checks.new_empty(q.shape[:3], torch.float32, dev)
     # The call's temporaries (flags, tile lists, the block-major phase's lists and partials)
-    # in one allocation.
-    scratch = _runtime.Scratch(dev, key)
+    # in one allocation; a direct call (`_runtime.Call.direct`) passes their addresses.
+    scratch = _runtime.Scratch(dev, key, call.direct)
     hist = None
     if p.min_blocks is not None:
         hist, col, code = block_major.list_scratch(
@@ -428,7 +432,7 @@ def selection_forward_triton(
     flags = scratch.empty(p.flags_shape, torch.int32)
     lists, counts = tile_block_lists(
         block_idx, block_size, p.block_t, hist, p.min_blocks or 0, flags=flags, tuning=tuning,
-        call=call, scratch=scratch,
+        call=call, scratch=scratch, n_lists=p.n_lists,
     )  # fmt: skip
     side = p.side
     if side is not None:
@@ -455,4 +459,5 @@ def selection_forward_triton(
         _sel_fwd_fix_kernel, p.fix_grid,
         (q, k, v, block_idx, lists, counts, o, lse, flags, *p.fix_scalars), p.fix_options,
     )  # fmt: skip
+    call.close()
     return (o, lse) if return_lse else o

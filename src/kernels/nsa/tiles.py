@@ -154,7 +154,7 @@ def _tile_lists_plan(shape, block_size, block_t, NL, min_blocks, zero_flags, tun
 
 def tile_block_lists(
     block_idx, block_size, block_t, hist=None, min_blocks=0, flags=None, tuning=None,
-    call=None, scratch=None,
+    call=None, scratch=None, n_lists=None,
 ):  # fmt: skip
     """Per tile of block_t consecutive tokens, the distinct kept blocks its tokens selected.
 
@@ -172,7 +172,9 @@ def tile_block_lists(
         tuning: an `NsaTuning` (None: the default); its forward.tile_list_warps apply.
         call: the calling wrapper's `_runtime.Call`, or None (launched on its own).
         scratch: the calling wrapper's `_runtime.Scratch`, which lists and counts come
-            from, or None (their own allocations).
+            from, or None (their own allocations). With a direct call's scratch
+            (`Scratch.addresses`), hist, flags, lists and counts are device addresses (ints).
+        n_lists: NW * NB, otherwise read off hist: needed where hist is an address.
     Returns:
         lists: int32 [B * Hkv, n_tiles, block_t * S]; row [bh, i] holds, ascending, the
             count[bh, i] distinct blocks kept by any token of tile i (entries after that are
@@ -182,7 +184,7 @@ def tile_block_lists(
     """
     tuning = resolve(tuning)
     shape = tuple(block_idx.shape)
-    NL = None if hist is None else hist.shape[1]
+    NL = None if hist is None else n_lists if n_lists is not None else hist.shape[1]
     dev = block_idx.device
     if call is None:
         call = _runtime.Call(None, dev)
