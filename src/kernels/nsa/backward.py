@@ -507,9 +507,9 @@ def selection_backward_triton(
             q, k, v, block_idx, block_size, scale, return_lse=True, tuning=tuning
         )
     qk_scale = dims.scale * LOG2E
-    # Every launch below is determined by this key (`_runtime.launch`; the forward's).
+    # Every launch below is determined by this key (`_runtime.launch`; as the forward's).
     key = _runtime.launch_key(
-        "bwd", dims, q.dtype, block_idx.dtype, tuning,
+        __name__, dims, q.dtype, block_idx.dtype, tuning,
         _runtime.aligned(q, k, v, block_idx, do, o, lse),
     )  # fmt: skip
     p = _runtime.per_key(key, None, _backward_plan, dims, q.dtype, qk_scale, tuning, key)

@@ -412,9 +412,11 @@ def selection_forward_triton(
     dims = _checks.check_forward_args(q, k, v, block_idx, block_size, scale)
     # Every launch below is determined by this key (`_runtime.launch`): the sizes, dtypes,
     # tuning and device decide all integers, constexprs and the layout of the buffers
-    # allocated here, and the inputs' alignment the rest.
+    # allocated here, and the inputs' alignment the rest. It names this module, so a copy of
+    # the wrapper loaded under another name (a patched variant beside it) has keys, and so
+    # launch tables, of its own.
     key = _runtime.launch_key(
-        "fwd", dims, q.dtype, block_idx.dtype, tuning, _runtime.aligned(q, k, v, block_idx)
+        __name__, dims, q.dtype, block_idx.dtype, tuning, _runtime.aligned(q, k, v, block_idx)
     )
     dev = q.device
     p = _runtime.per_key(key, dev, _forward_plan, dims, q.dtype, tuning, dev)
