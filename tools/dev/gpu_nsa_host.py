@@ -6,9 +6,11 @@ a cProfile of 50 calls.
 
 Seed shape (B=1, Hq=16, Hkv=4, D=64, bs=64, S=16), bf16, both patterns; T defaults to 2048
 8192 32768. Calls: the autograd step (`selection_attention`, then `torch.autograd.grad` of
-q, k and v, as the suite's NsaAutograd), the forward, the backward with lse given, and the
-backward with lse=None. Prints one table (µs per call); with --out, writes host.json, and
-per call a cProfile listing (this thread) and a torch.profiler table (every thread) to DIR.
+q, k and v, as the suite's NsaAutograd), the same step through an autograd Function that
+runs no kernel (`autograd_floor`: what autograd itself costs), the forward, the
+backward with lse given, and the backward with lse=None. Prints one table (µs per call);
+with --out, writes host.json, and per call a cProfile listing (this thread) and a
+torch.profiler table (every thread) to DIR.
 """
 
 import argparse
@@ -49,6 +51,22 @@ def inputs(T, pattern, seed):
     return dict(q=q, k=k, v=v, idx=idx, do=do, o=o, lse=lse)
 
 
+class _Floor(torch.autograd.Function):
+    """What autograd costs around our kernels: the same inputs, saved tensors and outputs
+    as `selection_attention`, and no kernel (outputs allocated, never written)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, idx, block_size):
+        o = torch.empty_like(q)
+        ctx.save_for_backward(q, k, v, idx, o, torch.empty(q.shape[:3], device=q.device))
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, _, _, _ = ctx.saved_tensors
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), None, None
+
+
 def calls(x):
     qkv = (x["q"], x["k"], x["v"])
     leaves = tuple(t.detach().requires_grad_(True) for t in qkv)
@@ -57,8 +75,13 @@ def calls(x):
         o = selection_attention(*leaves, x["idx"], BS)
         return torch.autograd.grad(o, leaves, x["do"])
 
+    def autograd_floor():
+        o = _Floor.apply(*leaves, x["idx"], BS)
+        return torch.autograd.grad(o, leaves, x["do"])
+
     return {
         "autograd": autograd_step,
+        "autograd_floor": autograd_floor,
         "forward": lambda: selection_forward_triton(*qkv, x["idx"], BS),
         "backward": lambda: selection_backward_triton(
             *qkv, x["idx"], BS, x["do"], x["o"], x["lse"]
@@ -124,7 +147,7 @@ def main():
                 # The autograd step cannot be captured (the engine runs it on its own
                 # thread): no graph figure.
                 graph = math.nan
-                if name != "autograd":
+                if not name.startswith("autograd"):
                     graph = med(per_call_seconds(fns, calls=2 * SETS))
                 rows.append(dict(T=T, pattern=pattern, call=name, ops=ops, host_us=host,
                                  eager_us=eager, graph_us=graph))  # fmt: skip
