@@ -544,3 +544,36 @@ def test_nsa_direct_launches_match_the_jit_path_bit_for_bit(pattern, monkeypatch
         for got, ref in zip(run(q_off), want, strict=True):
             assert torch.allclose(got.float(), ref.float(), rtol=1e-2, atol=1e-2)
     torch.cuda.synchronize()
+
+
+def test_a_patched_copy_of_the_nsa_forward_keeps_launch_tables_of_its_own(monkeypatch, tmp_path):
+    """Launches stubbed, as on a GPU (`tools.dev.nsa_host_python.stub_launches`): after the
+    forward's calls have gone direct, a copy of forward.py loaded under another module name
+    (as the gate study loads its patched variants) makes its first calls through the keyed
+    path, with tables of its own, instead of meeting the original's direct table (where
+    its launches would be missing and raise)."""
+    import importlib.util
+    import sys
+
+    from kernels.nsa import backward, block_major, forward, inverse, make_block_idx_random, tiles
+    from tools.dev.nsa_host_python import stub_launches
+
+    monkeypatch.setattr(_runtime, "CHECK_LAUNCH_KEYS", False)
+    monkeypatch.setattr(_runtime, "_call_plans", {})
+    monkeypatch.setattr(_runtime, "_direct_calls", set())
+    name = "kernels.nsa.forward_copy_for_test"
+    path = tmp_path / "forward_copy_for_test.py"
+    path.write_text(open(forward.__file__).read())
+    spec = importlib.util.spec_from_file_location(name, path)
+    copy = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, copy)
+    spec.loader.exec_module(copy)
+    stub_launches(monkeypatch.setattr, (tiles, forward, block_major, backward, inverse, copy))
+    B, Hq, Hkv, T, D, bs, S = 1, 16, 4, 4096, 64, 64, 16  # block-major phase included
+    q = torch.empty(B, Hq, T, D, device="meta", dtype=torch.bfloat16)
+    k = v = torch.empty(B, Hkv, T, D, device="meta", dtype=torch.bfloat16)
+    idx = make_block_idx_random(B, Hkv, T, bs, S, "cpu", seed=0).to("meta")
+    for fwd in (forward.selection_forward_triton, copy.selection_forward_triton):
+        for _ in range(3):
+            fwd(q, k, v, idx, bs)
+    assert len(_runtime._direct_calls) == 2  # one direct key each

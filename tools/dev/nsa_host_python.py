@@ -39,6 +39,31 @@ class _Stub:
         return lambda *args, **kwargs: _Compiled()
 
 
+def stub_launches(patch, modules):
+    """Every `*_kernel` of `modules` (the NSA modules) replaced by a stub whose launch does
+    nothing, and `kernels._runtime` set to run them as on CUDA device 0, stream 0, with no
+    driver: each Call keeps its launch table and goes direct as on a GPU. patch: `setattr`,
+    or a test's `monkeypatch.setattr` (undone after the test)."""
+    from kernels import _runtime
+    from kernels.nsa import _checks
+
+    for mod in modules:
+        for name, obj in list(vars(mod).items()):
+            if isinstance(obj, triton.runtime.jit.KernelInterface) and name.endswith("_kernel"):
+                patch(mod, name, _Stub(obj))  # a JIT function, or the interpreter's
+    patch(_checks, "_devices", lambda named: None)  # CPU tensors stand in for CUDA ones
+    patch(_runtime, "_current", lambda: (0, lambda device: 0))  # no driver: device 0, stream 0
+    patch(_runtime, "_current_stream", lambda: (0, None, 0))
+    patch(_runtime, "interpreter_active", lambda: False)
+    call_init = _runtime.Call.__init__  # a Call on these tensors runs as on a CUDA device
+
+    def cuda_call(self, key, device):
+        call_init(self, key, torch.device("cuda", 0))
+
+    patch(_runtime.Call, "__init__", cuda_call)
+    patch(_runtime, "direct_supported", lambda kernel: True)  # the stubs go direct too
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seq-len", type=int, default=2048)
@@ -55,24 +80,9 @@ def main():
     args = ap.parse_args()
 
     import kernels.nsa as nsa
-    from kernels import _runtime
-    from kernels.nsa import _checks, backward, block_major, forward, inverse, tiles
+    from kernels.nsa import backward, block_major, forward, inverse, tiles
 
-    for mod in (tiles, forward, block_major, backward, inverse):
-        for name, obj in list(vars(mod).items()):
-            if isinstance(obj, triton.runtime.jit.JITFunction) and name.endswith("_kernel"):
-                setattr(mod, name, _Stub(obj))
-    _checks._devices = lambda named: None  # CPU tensors stand in for CUDA ones
-    _runtime._current = lambda: (0, lambda device: 0)  # no driver: device 0, stream 0
-    _runtime._current_stream = lambda: (0, None, 0)
-    _runtime.interpreter_active = lambda: False
-    call_init = _runtime.Call.__init__  # a Call on these tensors runs as on a CUDA device
-
-    def cuda_call(self, key, device):
-        call_init(self, key, torch.device("cuda", 0))
-
-    _runtime.Call.__init__ = cuda_call
-    _runtime.direct_supported = lambda kernel: True  # the stubs take the direct path too
+    stub_launches(setattr, (tiles, forward, block_major, backward, inverse))
 
     B, Hq, Hkv, T, D, bs, S = 1, 16, 4, args.seq_len, 64, 64, 16  # the seed shape
     g = torch.Generator().manual_seed(0)
