@@ -463,7 +463,7 @@ def chunk_entries(G, element_size, tuning=None):
     return max(1, resolve(tuning).block_major.chunk_rows * 2 // element_size // block_g)
 
 
-def _list_sizes(dims, block_t, element_size, tuning):
+def list_sizes(dims, block_t, element_size, tuning):
     """(BH, NL, L, NC) of `list_scratch`."""
     BH = dims.B * dims.Hkv
     NL = list_windows(dims.T, block_t, tuning) * dims.NB
@@ -482,13 +482,13 @@ def list_scratch(dims, block_t, element_size, device, tuning=None, key=None, scr
     (`_runtime.per_key`), or None; scratch: the forward's `_runtime.Scratch`, which the
     buffer comes from, or None (its own allocation); a Scratch with addresses gives the
     three as device addresses (ints)."""
-    BH, NL, L, NC = _runtime.per_key(key, device, _list_sizes, dims, block_t, element_size, tuning)
+    BH, NL, L, NC = _runtime.per_key(key, device, list_sizes, dims, block_t, element_size, tuning)
     scratch = scratch or _runtime.Scratch(device)
     buf = scratch.empty((BH * (NL + L + NC),), torch.int32, tensor=True)
     buf.fill_(-1)
     if scratch.addresses:  # a direct call: the kernels take addresses
-        at = buf.data_ptr()
-        return at, at + 4 * BH * NL, at + 4 * BH * (NL + L)
+        at, n = buf.data_ptr(), buf.element_size()
+        return at, at + n * BH * NL, at + n * BH * (NL + L)
     at = buf.storage_offset()
     return (
         buf.as_strided((BH, NL), (NL, 1), at),
@@ -618,7 +618,7 @@ def _block_plan(dims, dtype, block_t, n_tiles, min_blocks, qk_scale, tuning, int
     BH = dims.B * dims.Hkv
     block_g = _runtime.next_pow2(dims.G)
     prec = "ieee" if dtype == torch.float32 else "tf32"
-    _, n_lists, L, NC = _list_sizes(dims, block_t, dtype.itemsize, tuning)
+    _, n_lists, L, NC = list_sizes(dims, block_t, dtype.itemsize, tuning)
     chunk = chunk_entries(dims.G, dtype.itemsize, tuning)
     # The chain fill -> partial -> combine as programmatic dependents (`chain_pdl`).
     pdl = t.chain_pdl and not interpreted and _runtime.pdl_supported(device)

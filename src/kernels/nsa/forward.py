@@ -331,7 +331,7 @@ class _ForwardPlan(NamedTuple):
 
     block_t: int
     min_blocks: int | None  # `block_path_min_blocks`; None: no block-major phase
-    n_lists: int | None  # the block-major phase's lists (`block_major.list_windows` * NB)
+    n_lists: int | None  # the block-major phase's lists (`block_major.list_sizes`)
     qk_scale: float
     for_loop: bool
     side: object  # the token-tile kernel's stream (`side_stream`), or None
@@ -371,9 +371,9 @@ def _forward_plan(dims, dtype, tuning, device):
         shared, SKIP_BLOCK_TILES=min_blocks is not None, TRIGGER=pdl,
         num_stages=forward_stages(block_t, tuning),
     )  # fmt: skip
-    n_lists = (
-        None if min_blocks is None else block_major.list_windows(dims.T, block_t, tuning) * dims.NB
-    )
+    n_lists = None
+    if min_blocks is not None:
+        n_lists = block_major.list_sizes(dims, block_t, dtype.itemsize, tuning)[1]
     return _ForwardPlan(
         block_t, min_blocks, n_lists, qk_scale, for_loop, side, grid, (grid[1], grid[0]),
         tile_scalars, tile_options,
