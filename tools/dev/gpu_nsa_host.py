@@ -7,10 +7,13 @@ a cProfile of 50 calls.
 Seed shape (B=1, Hq=16, Hkv=4, D=64, bs=64, S=16), bf16, both patterns; T defaults to 2048
 8192 32768. Calls: the autograd step (`selection_attention`, then `torch.autograd.grad` of
 q, k and v, as the suite's NsaAutograd), the same step through an autograd Function that
-runs no kernel (`autograd_floor`: what autograd itself costs), the forward, the
-backward with lse given, and the backward with lse=None. Prints one table (µs per call);
-with --out, writes host.json, and per call a cProfile listing (this thread) and a
-torch.profiler table (every thread) to DIR.
+runs no kernel (`autograd_floor`: what autograd itself costs), the step with the engine's
+multithreading off (`autograd_serial`: the backward on the calling thread, not on the
+engine's device thread), the forward, the backward with lse given, and the backward with
+lse=None. Prints one table (µs per call), then, at the first T, the autograd step's host
+time split between our two wrappers and the rest (timers around the wrappers that
+`SelectionAttention` calls), with the engine's threads on and off. With --out, writes
+host.json, and per call a cProfile listing and a torch.profiler table (every thread) to DIR.
 """
 
 import argparse
@@ -21,9 +24,11 @@ import math
 import pathlib
 import pstats
 import statistics
+import time
 
 import torch
 
+import kernels.nsa.autograd as nsa_autograd
 from benchmarks.common import eager_seconds, host_seconds, per_call_seconds
 from kernels.nsa import (
     make_block_idx_random,
@@ -75,12 +80,18 @@ def calls(x):
         o = selection_attention(*leaves, x["idx"], BS)
         return torch.autograd.grad(o, leaves, x["do"])
 
+    def autograd_serial():
+        with torch.autograd.set_multithreading_enabled(False):
+            o = selection_attention(*leaves, x["idx"], BS)
+            return torch.autograd.grad(o, leaves, x["do"])
+
     def autograd_floor():
         o = _Floor.apply(*leaves, x["idx"], BS)
         return torch.autograd.grad(o, leaves, x["do"])
 
     return {
         "autograd": autograd_step,
+        "autograd_serial": autograd_serial,
         "autograd_floor": autograd_floor,
         "forward": lambda: selection_forward_triton(*qkv, x["idx"], BS),
         "backward": lambda: selection_backward_triton(
@@ -125,6 +136,38 @@ def host_listing(fn, n=50):
     return s.getvalue()
 
 
+def autograd_split(fns, ops):
+    """(host µs per step, µs in the forward wrapper, µs in the backward wrapper): the
+    suite's host timer around the steps, and perf_counter around the two wrappers that
+    `SelectionAttention` calls (summed over every call the timer made, per step)."""
+    spent = {"forward": 0.0, "backward": 0.0, "calls": 0}
+
+    def timed(name, fn):
+        def wrapper(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[name] += time.perf_counter() - t0
+                spent["calls"] += name == "forward"
+
+        return wrapper
+
+    saved = nsa_autograd.selection_forward_triton, nsa_autograd.selection_backward_triton
+    nsa_autograd.selection_forward_triton = timed("forward", saved[0])
+    nsa_autograd.selection_backward_triton = timed("backward", saved[1])
+    try:
+        for f in fns:  # warm, untimed
+            f()
+        torch.cuda.synchronize()
+        spent.update(forward=0.0, backward=0.0, calls=0)
+        host = statistics.median(host_seconds(fns, ops + 8)) * 1e6
+    finally:
+        nsa_autograd.selection_forward_triton, nsa_autograd.selection_backward_triton = saved
+    n = max(spent["calls"], 1)
+    return host, spent["forward"] / n * 1e6, spent["backward"] / n * 1e6
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
@@ -156,6 +199,27 @@ def main():
                 if out and pattern == "recent" and T == a.T[0]:
                     (out / f"cprofile_{name}.txt").write_text(host_listing(fns[0]))
                     (out / f"torch_profile_{name}.txt").write_text(torch_listing(fns[0]))
+            if T == a.T[0]:
+                print(
+                    f"  autograd split, T={T} {pattern}: host per step / in forward wrapper /"
+                    " in backward wrapper / rest (us)"
+                )
+                for name in ("autograd", "autograd_serial"):
+                    fns = [s[name] for s in sets]
+                    host, fwd, bwd = autograd_split(fns, device_ops(fns[0]))
+                    print(
+                        f"    {name:16} {host:8.1f} {fwd:8.1f} {bwd:8.1f} {host - fwd - bwd:8.1f}"
+                    )
+                    rows.append(
+                        dict(
+                            T=T,
+                            pattern=pattern,
+                            call=name + "_split",
+                            host_us=host,
+                            forward_wrapper_us=fwd,
+                            backward_wrapper_us=bwd,
+                        )
+                    )
     if out:
         (out / "host.json").write_text(json.dumps(rows, indent=1))
 
