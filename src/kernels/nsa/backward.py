@@ -389,10 +389,9 @@ class _BackwardPlan(NamedTuple):
     reduce_grid: tuple
     reduce_args: tuple
     reduce_options: dict
-    scratch_keys: tuple  # the `_runtime.Scratch` keys of the dq phase and the dk/dv phase
 
 
-def _backward_plan(dims, dtype, qk_scale, tuning, key):
+def _backward_plan(dims, dtype, qk_scale, tuning):
     bt = tuning.backward
     renorm = renormalise(dtype)
     rows = tuning.forward.tile_rows if bt.dq_rows is None else bt.dq_rows
@@ -425,19 +424,17 @@ def _backward_plan(dims, dtype, qk_scale, tuning, key):
         # to add.
         dims.T * dims.S > seg_len, (dims.NB, BH), (dims.T, dims.NB, n_part, dims.scale),
         dict(D=dims.D, BS=dims.block_size, direct=tuning.direct_launch, num_warps=4),
-        ((key, "dq"), (key, "dkdv")),
     )  # fmt: skip
 
 
-def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, p, tuning, call):
+def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, p, tuning, call, scratch):
     """Run the dq kernel; returns (dq, delta, lse_lo), the last two fp32 [B, Hq, T]: delta =
-    rowsum(o * do) and the base-2 correction of lse (None unless `renormalise`). Its tile
-    lists and redo flags are views of one allocation (their addresses in a direct call),
-    freed on return; p: the call's `_BackwardPlan`, call its `_runtime.Call`."""
-    scratch = _runtime.Scratch(q.device, p.scratch_keys[0], call.direct)
+    rowsum(o * do) and the base-2 correction of lse (None unless `renormalise`), from the
+    call's `scratch` (device addresses in a direct call), as are the kernel's tile lists and
+    redo flags; p: the call's `_BackwardPlan`, call its `_runtime.Call`."""
     dq = _checks.new_empty(q.shape, q.dtype, q.device)
-    delta = _checks.new_empty(q.shape[:3], torch.float32, q.device)
-    lse_lo = _checks.new_empty(q.shape[:3], torch.float32, q.device) if p.renorm else None
+    delta = scratch.empty(q.shape[:3], torch.float32)
+    lse_lo = scratch.empty(q.shape[:3], torch.float32) if p.renorm else None
     lists, counts = tile_block_lists(
         block_idx, block_size, p.block_t, tuning=tuning, call=call, scratch=scratch
     )  # fmt: skip
@@ -449,14 +446,14 @@ def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, p, tuning, c
     )  # fmt: skip
     for options in p.dq_options:  # plain, then SAFE
         call.launch(_sel_bwd_dq_kernel, p.dq_grid, args, options)
-    scratch.close()
     return dq, delta, lse_lo
 
 
-def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, p, tuning, call):
+def _dk_dv(
+    q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, p, tuning, call, scratch
+):  # fmt: skip
     """Run the dk/dv kernels over the inverted index (its buffers and the kernel's partial
-    sums views of one allocation, or their addresses in a direct call); returns (dk, dv)."""
-    scratch = _runtime.Scratch(q.device, p.scratch_keys[1], call.direct)
+    sums from the call's `scratch`, device addresses in a direct call); returns (dk, dv)."""
     dk = _checks.new_empty(k.shape, k.dtype, k.device)
     dv = _checks.new_empty(v.shape, v.dtype, v.device)
     row_ptr, col, segments = inverted_lists(
@@ -478,7 +475,6 @@ def _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, p, tuni
             _sel_bwd_reduce_kernel, p.reduce_grid,
             (seg_start, part_start, part, dk, dv) + p.reduce_args, p.reduce_options,
         )  # fmt: skip
-    scratch.close()
     return dk, dv
 
 
@@ -512,14 +508,20 @@ def selection_backward_triton(
         __name__, dims, q.dtype, block_idx.dtype, tuning,
         _runtime.aligned(q, k, v, block_idx, do, o, lse),
     )  # fmt: skip
-    p = _runtime.per_key(key, None, _backward_plan, dims, q.dtype, qk_scale, tuning, key)
+    p = _runtime.per_key(key, None, _backward_plan, dims, q.dtype, qk_scale, tuning)
     call = _runtime.Call(key, q.device)
-    # The integer temporaries of each phase (the dq kernel's tile lists; the inversion) are
-    # views of one allocation per phase, so the first phase's are freed before the second's
-    # are made, as with one allocation each.
+    # Every temporary of the call (delta and lse_lo, the dq kernel's tile lists and redo
+    # flags, the inversion and the dk/dv partial sums) is a view of one allocation, or its
+    # device address in a direct call: one allocation per call, not one per buffer. The dq
+    # phase's few lists stay allocated through the dk/dv phase, which adds T * S int32 per
+    # (b, kv head) to the call's peak.
+    scratch = _runtime.Scratch(q.device, key, call.direct)
     dq, delta, lse_lo = _dq_and_delta(
-        q, k, v, block_idx, block_size, do, o, lse, dims, p, tuning, call
+        q, k, v, block_idx, block_size, do, o, lse, dims, p, tuning, call, scratch
     )
-    dk, dv = _dk_dv(q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, p, tuning, call)
+    dk, dv = _dk_dv(
+        q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, p, tuning, call, scratch
+    )
+    scratch.close()
     call.close()
     return dq, dk, dv
