@@ -504,6 +504,41 @@ def test_launch_direct_on_gpu_matches_torch_across_specializations():
 
 
 @pytest.mark.gpu
+def test_fill_int32_writes_exactly_its_words_on_its_stream_and_under_capture():
+    """`fill_int32` sets count words from an address: odd offsets and counts, guard words
+    around them keep their poison; queued on the stream given (a side stream whose earlier
+    work writes the same words first), and captured by a CUDA graph, whose replay refills
+    words overwritten since."""
+    buf = torch.full((1000,), 7, dtype=torch.int32, device="cuda")
+    for start, count in ((0, 1), (3, 17), (100, 899)):
+        buf.fill_(7)
+        _runtime.fill_int32(
+            buf[start:].data_ptr(), -1, count, torch.cuda.current_stream().cuda_stream
+        )
+        expect = torch.full_like(buf, 7)
+        expect[start : start + count] = -1
+        assert torch.equal(buf, expect), (start, count)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(1_000_000)
+        buf.fill_(5)  # queued behind the sleep: the memset must run after it
+        _runtime.fill_int32(buf.data_ptr(), 2**31 - 1, 10, side.cuda_stream)
+    torch.cuda.current_stream().wait_stream(side)
+    assert buf[:10].eq(2**31 - 1).all() and buf[10:].eq(5).all()
+    graph = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s), torch.cuda.graph(graph, stream=s):
+        _runtime.fill_int32(buf[1:].data_ptr(), -3, 4, s.cuda_stream)
+    torch.cuda.current_stream().wait_stream(s)
+    buf.fill_(0)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert buf[1:5].eq(-3).all() and buf[0] == 0 and buf[5:].eq(0).all()
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("pattern", ["recent", "random"])
 def test_nsa_direct_launches_match_the_jit_path_bit_for_bit(pattern, monkeypatch):
     """Forward and backward at the seed's group (every launch site, block-major included),

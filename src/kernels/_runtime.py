@@ -1,5 +1,6 @@
 """Facts about how the kernels run, shared by the kernel families."""
 
+import ctypes
 import functools
 import inspect
 import os
@@ -317,6 +318,11 @@ class Call:
             self._plans = plans
             self.direct = plans_key in _direct_calls
 
+    @property
+    def handle(self):
+        """The raw handle of the call's stream (an int; None off CUDA)."""
+        return self._handle
+
     def close(self):
         """The call made every launch: if each of them is in the table, later calls with
         the key are direct."""
@@ -515,6 +521,26 @@ class Scratch:
                 f"the call made {self._i} scratch buffers, the layout recorded for key "
                 f"{self.key!r} has {len(self._layout[1])}"
             )
+
+
+@functools.cache
+def _memset_d32():
+    """The CUDA driver's cuMemsetD32Async (libcuda, the library Triton's launcher calls)."""
+    fn = ctypes.CDLL("libcuda.so.1").cuMemsetD32Async
+    fn.argtypes = (ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def fill_int32(address, value, count, stream):
+    """Set `count` int32 words at device `address` (an int) to `value`, queued on `stream`
+    (a raw stream handle, as `Call` keeps it); captured as a memset node under a CUDA graph
+    capture. One driver call: a direct call's fill of a scratch buffer, where `fill_` on a
+    tensor view would also make the view and go through torch's dispatcher and a kernel
+    launch."""
+    err = _memset_d32()(address, value & 0xFFFFFFFF, count, stream)
+    if err:
+        raise RuntimeError(f"cuMemsetD32Async failed: CUDA driver error {err}")
 
 
 def aligned(*tensors):

@@ -41,7 +41,7 @@ class _Stub:
 
 def stub_launches(patch, modules):
     """Every `*_kernel` of `modules` (the NSA modules) replaced by a stub whose launch does
-    nothing, and `kernels._runtime` set to run them as on CUDA device 0, stream 0, with no
+    nothing, as is the driver's memset (`_runtime.fill_int32`), and `kernels._runtime` set to run them as on CUDA device 0, stream 0, with no
     driver: each Call keeps its launch table and goes direct as on a GPU. patch: `setattr`,
     or a test's `monkeypatch.setattr` (undone after the test)."""
     from kernels import _runtime
@@ -62,6 +62,7 @@ def stub_launches(patch, modules):
 
     patch(_runtime.Call, "__init__", cuda_call)
     patch(_runtime, "direct_supported", lambda kernel: True)  # the stubs go direct too
+    patch(_runtime, "fill_int32", lambda address, value, count, stream: None)  # a memset
 
 
 def main():

@@ -472,7 +472,9 @@ def list_sizes(dims, block_t, element_size, tuning):
     return BH, NL, L, _runtime.cdiv(L, chunk)
 
 
-def list_scratch(dims, block_t, element_size, device, tuning=None, key=None, scratch=None):
+def list_scratch(
+    dims, block_t, element_size, device, tuning=None, key=None, scratch=None, call=None
+):  # fmt: skip
     """hist, col and code of one forward call for its checked `dims`: views of one int32
     buffer filled with -1, so that the three cost one fill. -1 is padding in col and "no
     block yet" in code, and hist counts from -1 (the tile-list kernel adds each list's
@@ -481,14 +483,17 @@ def list_scratch(dims, block_t, element_size, device, tuning=None, key=None, scr
     NL = windows * NB lists and chunk = `chunk_entries`. key: the forward's launch key
     (`_runtime.per_key`), or None; scratch: the forward's `_runtime.Scratch`, which the
     buffer comes from, or None (its own allocation); a Scratch with addresses gives the
-    three as device addresses (ints)."""
+    three as device addresses (ints), filled by one driver memset on the stream of `call`
+    (the forward's `_runtime.Call`, needed then)."""
     BH, NL, L, NC = _runtime.per_key(key, device, list_sizes, dims, block_t, element_size, tuning)
     scratch = scratch or _runtime.Scratch(device)
-    buf = scratch.empty((BH * (NL + L + NC),), torch.int32, tensor=True)
-    buf.fill_(-1)
+    n = BH * (NL + L + NC)
     if scratch.addresses:  # a direct call: the kernels take addresses
-        at, n = buf.data_ptr(), buf.element_size()
-        return at, at + n * BH * NL, at + n * BH * (NL + L)
+        at = scratch.empty((n,), torch.int32)
+        _runtime.fill_int32(at, -1, n, call.handle)
+        return at, at + 4 * BH * NL, at + 4 * BH * (NL + L)
+    buf = scratch.empty((n,), torch.int32)
+    buf.fill_(-1)
     at = buf.storage_offset()
     return (
         buf.as_strided((BH, NL), (NL, 1), at),

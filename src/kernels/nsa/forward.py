@@ -429,7 +429,7 @@ def selection_forward_triton(
     hist = None
     if p.min_blocks is not None:
         hist, col, code = block_major.list_scratch(
-            dims, p.block_t, q.element_size(), dev, tuning, key=key, scratch=scratch
+            dims, p.block_t, q.element_size(), dev, tuning, key=key, scratch=scratch, call=call
         )  # fmt: skip
     flags = scratch.empty(p.flags_shape, torch.int32)
     lists, counts = tile_block_lists(
