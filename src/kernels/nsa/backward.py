@@ -62,7 +62,7 @@ import triton.language as tl
 
 from .. import _runtime
 from . import _checks
-from .forward import selection_forward_triton
+from .forward import checked_forward
 from .inverse import inverted_lists, segment_sizes
 from .tiles import (
     LOG2E,
@@ -498,10 +498,8 @@ def selection_backward_triton(
     """
     tuning = resolve(tuning)
     dims = _checks.check_backward_args(q, k, v, block_idx, block_size, do, o, lse, scale)
-    if lse is None:
-        _, lse = selection_forward_triton(
-            q, k, v, block_idx, block_size, scale, return_lse=True, tuning=tuning
-        )
+    if lse is None:  # the forward's checks are a subset of the ones just made
+        _, lse = checked_forward(q, k, v, block_idx, block_size, dims, tuning)
     qk_scale = dims.scale * LOG2E
     # Every launch below is determined by this key (`_runtime.launch`; as the forward's).
     key = _runtime.launch_key(

@@ -410,6 +410,13 @@ def selection_forward_triton(
     """
     tuning = resolve(tuning)
     dims = _checks.check_forward_args(q, k, v, block_idx, block_size, scale)
+    o, lse = checked_forward(q, k, v, block_idx, block_size, dims, tuning)
+    return (o, lse) if return_lse else o
+
+
+def checked_forward(q, k, v, block_idx, block_size, dims, tuning):
+    """(o, lse) of `selection_forward_triton` for inputs already checked: dims their
+    `_checks.Dims`, tuning a resolved `NsaTuning` (the backward's lse=None call)."""
     # Every launch below is determined by this key (`_runtime.launch`): the sizes, dtypes,
     # tuning and device decide all integers, constexprs and the layout of the buffers
     # allocated here, and the inputs' alignment the rest. It names this module, so a copy of
@@ -462,4 +469,4 @@ def selection_forward_triton(
         (q, k, v, block_idx, lists, counts, o, lse, flags, *p.fix_scalars), p.fix_options,
     )  # fmt: skip
     call.close()
-    return (o, lse) if return_lse else o
+    return o, lse
