@@ -41,9 +41,10 @@ class _Stub:
 
 def stub_launches(patch, modules):
     """Every `*_kernel` of `modules` (the NSA modules) replaced by a stub whose launch does
-    nothing, as is the driver's memset (`_runtime.fill_int32`), and `kernels._runtime` set to run them as on CUDA device 0, stream 0, with no
-    driver: each Call keeps its launch table and goes direct as on a GPU. patch: `setattr`,
-    or a test's `monkeypatch.setattr` (undone after the test)."""
+    nothing, as is the driver's memset (`_runtime.fill_int32`), and `kernels._runtime` set
+    to run them as on CUDA device 0, stream 0, with no driver: each Call keeps its launch
+    table and goes direct as on a GPU. patch: `setattr`, or a test's `monkeypatch.setattr`
+    (undone after the test)."""
     from kernels import _runtime
     from kernels.nsa import _checks
 
