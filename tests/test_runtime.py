@@ -1,6 +1,7 @@
 """The kernels' shared host helpers (`kernels._runtime`: integer helpers, `launch`) and the
 host-cost tool."""
 
+import math
 import os
 import subprocess
 import sys
@@ -612,3 +613,111 @@ def test_a_patched_copy_of_the_nsa_forward_keeps_launch_tables_of_its_own(monkey
         for _ in range(3):
             fwd(q, k, v, idx, bs)
     assert len(_runtime._direct_calls) == 2  # one direct key each
+
+
+def test_nsa_direct_calls_pass_the_same_arguments_as_the_keyed_path(monkeypatch):
+    """Launches stubbed and recorded (`tools.dev.nsa_host_python.stub_launches`), CPU
+    tensors standing in for CUDA ones: the forward (block-major phase included), the
+    backward with lse given and with lse=None, each called three times on the same inputs.
+    The first call takes the keyed path (tensors), the later ones go direct (addresses);
+    every launch of every call gets the same kernels in the same order, each input and
+    output at the same argument place (by its address), the same scalars, and the same
+    scratch buffer at the same byte offset (`_runtime.Scratch` requests, in the call's
+    order) wherever the first call had one. What the GPU test checks bit for bit, here
+    argument by argument on the CPU."""
+    from kernels.nsa import (
+        _checks,
+        backward,
+        block_major,
+        forward,
+        inverse,
+        make_block_idx_random,
+        selection_backward_triton,
+        selection_forward_triton,
+        tiles,
+    )
+    from tools.dev.nsa_host_python import stub_launches
+
+    monkeypatch.setattr(_runtime, "CHECK_LAUNCH_KEYS", False)
+    monkeypatch.setattr(_runtime, "_call_plans", {})
+    monkeypatch.setattr(_runtime, "_direct_calls", set())
+    record = []
+    stub_launches(monkeypatch.setattr, (tiles, forward, block_major, backward, inverse), record)
+    B, Hq, Hkv, T, D, bs, S = 1, 16, 4, 4096, 64, 64, 16  # block-major phase included
+    q, do = (torch.zeros(B, Hq, T, D, dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.zeros(B, Hkv, T, D, dtype=torch.bfloat16) for _ in range(2))
+    idx = make_block_idx_random(B, Hkv, T, bs, S, "cpu", seed=0)
+    o, lse = torch.zeros_like(q), torch.zeros(B, Hq, T)
+    inputs = dict(q=q, k=k, v=v, idx=idx, do=do, o=o, lse=lse)
+    calls = {
+        "forward": lambda: selection_forward_triton(q, k, v, idx, bs, return_lse=True),
+        "backward": lambda: selection_backward_triton(q, k, v, idx, bs, do, o, lse),
+        "backward lse=None": lambda: selection_backward_triton(q, k, v, idx, bs, do, o),
+    }
+
+    requests = []  # the call's scratch requests, in order: (start address, bytes)
+    outputs = []  # the tensors the call allocates for its results (`_checks.new_empty`)
+    scratch_empty, new_empty = _runtime.Scratch.empty, _checks.new_empty
+
+    def empty(self, shape, dtype, tensor=False):
+        x = scratch_empty(self, shape, dtype, tensor)
+        start = x if type(x) is int else x.data_ptr()
+        requests.append((start, dtype.itemsize * math.prod(shape)))
+        return x
+
+    def output(shape, dtype, device):
+        outputs.append(new_empty(shape, dtype, device))
+        return outputs[-1]
+
+    monkeypatch.setattr(_runtime.Scratch, "empty", empty)
+    monkeypatch.setattr(_checks, "new_empty", output)
+
+    def label(a):
+        """An address as the input there, the call's i-th output, or (scratch request i,
+        byte offset)."""
+        for name, x in inputs.items():
+            if a == x.data_ptr():
+                return name
+        for i, x in enumerate(outputs):
+            if a == x.data_ptr():
+                return f"output {i}"
+        for i, (start, n) in enumerate(requests):
+            if start <= a < start + max(n, 1):
+                return f"scratch {i} + {a - start}"
+        return "elsewhere"
+
+    def launches():
+        """The recorded launches: (kernel, arguments), each pointer argument (a tensor, or
+        an int too large to be a size) labelled by `label`, each other argument its value."""
+        out = []
+        for kernel, args in record:
+            norm = []
+            for a in args:
+                if type(a) is torch.Tensor:
+                    a = label(a.data_ptr())
+                elif type(a) is int and a >= 2**32:
+                    a = label(a)
+                norm.append(a)
+            out.append((kernel, tuple(norm)))
+        return out
+
+    for name, fn in calls.items():
+        runs = []
+        for _ in range(3):
+            for log in (record, requests, outputs):
+                log.clear()
+            fn()
+            runs.append(launches())
+        first, later = runs[0], runs[1:]
+        for run in later:
+            assert [kn for kn, _ in run] == [kn for kn, _ in first], name
+            for (kernel, a), (_, b) in zip(first, run, strict=True):
+                assert b[: len(a)] == a, (name, kernel, a, b[: len(a)])
+        used = {x for _, args in first for x in args if isinstance(x, str)}
+        assert {"q", "k", "v", "idx"} <= used, (name, used)
+        assert any(x.startswith("scratch") for x in used) and "elsewhere" not in used, (
+            name,
+            [(kn, a) for kn, a in first if "elsewhere" in a],
+        )
+    # The forward's key and the backward's (lse given or recomputed: the same key) went direct.
+    assert len(_runtime._direct_calls) == 2

@@ -20,38 +20,51 @@ import triton
 
 
 class _Compiled:
-    """What a compiled kernel shows `kernels._runtime.launch`: its launcher does nothing."""
+    """What a compiled kernel shows `kernels._runtime.launch`: its launcher does nothing
+    (but append (name, runtime arguments) to `record`, a list, when given)."""
 
     function = packed_metadata = "stub"
 
+    def __init__(self, name=None, record=None):
+        self.name, self.record = name, record
+
     def run(self, *args):
-        pass
+        if self.record is not None:  # after grid, stream, function, metadata and hooks
+            self.record.append((self.name, args[9:]))
 
 
 class _Stub:
     """A JIT function whose launches do nothing; `fn` is the kernel's Python function (the
-    launcher reads its signature)."""
+    launcher reads its signature). record: a list, or None: see `stub_launches`."""
 
-    def __init__(self, jit):
-        self.fn = jit.fn
+    def __init__(self, jit, name=None, record=None):
+        self.fn, self.name, self.record = jit.fn, name, record
 
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: _Compiled()
+        def launch(*args, **kwargs):
+            compiled = _Compiled(self.name, self.record)
+            if self.record is not None:
+                self.record.append((self.name, args))
+            return compiled
+
+        return launch
 
 
-def stub_launches(patch, modules):
+def stub_launches(patch, modules, record=None):
     """Every `*_kernel` of `modules` (the NSA modules) replaced by a stub whose launch does
     nothing, as is the driver's memset (`_runtime.fill_int32`), and `kernels._runtime` set
     to run them as on CUDA device 0, stream 0, with no driver: each Call keeps its launch
     table and goes direct as on a GPU. patch: `setattr`, or a test's `monkeypatch.setattr`
-    (undone after the test)."""
+    (undone after the test). record: a list, or None; given, every launch appends (kernel
+    name, its runtime arguments as the launcher got them: tensors on the keyed path,
+    addresses on the direct one)."""
     from kernels import _runtime
     from kernels.nsa import _checks
 
     for mod in modules:
         for name, obj in list(vars(mod).items()):
             if isinstance(obj, triton.runtime.jit.KernelInterface) and name.endswith("_kernel"):
-                patch(mod, name, _Stub(obj))  # a JIT function, or the interpreter's
+                patch(mod, name, _Stub(obj, name, record))  # a JIT function, or the interpreter's
     patch(_checks, "_devices", lambda named: None)  # CPU tensors stand in for CUDA ones
     patch(_runtime, "_current", lambda: (0, lambda device: 0))  # no driver: device 0, stream 0
     patch(_runtime, "_current_stream", lambda: (0, None, 0))
