@@ -10,7 +10,6 @@ issued behind a device sleep that outlasts them), median of its samples, us per 
 """
 
 import argparse
-import ctypes
 import json
 import pathlib
 import statistics
@@ -90,16 +89,15 @@ def main():
     time("torch.zeros 64 KB int32", lambda: torch.zeros(1 << 14, dtype=torch.int32, device=dev))
     words_1mb = torch.empty(1 << 18, dtype=torch.int32, device=dev)
     time("fill_(-1) of an int32 1 MB tensor", lambda: words_1mb.fill_(-1))
-    # The driver's 32-bit memset on the current stream: the same -1 fill as one driver call.
-    libcuda = ctypes.CDLL("libcuda.so.1")
-    memset = libcuda.cuMemsetD32Async
-    memset.argtypes = (ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p)
-    memset.restype = ctypes.c_int
+    # The same -1 fill as one driver memset on the current stream (what a direct forward does).
     at, n = words_1mb.data_ptr(), words_1mb.numel()
     words_1mb.zero_()
-    time("cuMemsetD32Async (ctypes) int32 1 MB -1", lambda: memset(at, 0xFFFFFFFF, n, stream))
+    time(
+        "_runtime.fill_int32 (cuMemsetD32Async) int32 1 MB -1",
+        lambda: _runtime.fill_int32(at, -1, n, stream),
+    )
     torch.cuda.synchronize()
-    assert bool((words_1mb == -1).all()), "cuMemsetD32Async did not write -1"
+    assert bool((words_1mb == -1).all()), "fill_int32 did not write -1"
     big = torch.empty(4 << 20, dtype=torch.uint8, device=dev)
     time(
         "view of a byte buffer as int32 [4, 1024]",

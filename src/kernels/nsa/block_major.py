@@ -489,9 +489,9 @@ def list_scratch(
     scratch = scratch or _runtime.Scratch(device)
     n = BH * (NL + L + NC)
     if scratch.addresses:  # a direct call: the kernels take addresses
-        at = scratch.empty((n,), torch.int32)
+        at, w = scratch.empty((n,), torch.int32), torch.int32.itemsize
         _runtime.fill_int32(at, -1, n, call.handle)
-        return at, at + 4 * BH * NL, at + 4 * BH * (NL + L)
+        return at, at + w * BH * NL, at + w * BH * (NL + L)
     buf = scratch.empty((n,), torch.int32)
     buf.fill_(-1)
     at = buf.storage_offset()
