@@ -98,6 +98,8 @@ def test_calls_inside_a_callers_cuda_graph_match_eager(pattern, checked, monkeyp
     monkeypatch.setattr(_runtime, "CHECK_LAUNCH_KEYS", checked)
     monkeypatch.setattr(_runtime, "_call_plans", {})  # this test's own launch tables
     monkeypatch.setattr(_runtime, "_direct_calls", set())
+    monkeypatch.setattr(_runtime, "_records", {})
+    monkeypatch.setattr(_runtime, "_record_misses", {})
     B, Hq, Hkv, T, D, bs, S = 1, 16, 4, 1000, 64, 64, 16  # the seed's heads; T not a multiple
     gen = torch.Generator(device="cuda").manual_seed(11)
 

@@ -270,6 +270,8 @@ def test_a_call_is_direct_once_an_earlier_call_closed_with_every_launch_in_the_t
     leaves its key not direct, and a direct call's launch missing from the table raises
     (its scratch buffers would reach Triton's JIT path as integers)."""
     monkeypatch.setattr(_runtime, "_direct_calls", set())
+    monkeypatch.setattr(_runtime, "_records", {})
+    monkeypatch.setattr(_runtime, "_record_misses", {})
     x, opts, other = torch.zeros(8), {"BLOCK": 16}, {"BLOCK": 32}
     key = _runtime.launch_key("direct-test", 1)
     first = call_on(key)
@@ -293,6 +295,75 @@ def test_a_call_is_direct_once_an_earlier_call_closed_with_every_launch_in_the_t
     assert not call_on(key2).direct
     monkeypatch.setattr(_runtime, "CHECK_LAUNCH_KEYS", True)
     assert not call_on(key).direct  # checked calls use no table
+
+
+def _kernel2_fn(X, Y, n, BLOCK: tl.constexpr):
+    pass
+
+
+class _Jit2(_Jit):
+    fn = staticmethod(_kernel2_fn)
+
+
+def test_a_direct_call_is_recorded_and_later_calls_replay_it_with_their_own_addresses(
+    fake, call_on, monkeypatch
+):
+    """The first direct call with a key is recorded (its launches and memsets, each pointer
+    named as a bound tensor or a scratch offset); later calls replay it: every launch with
+    their own bound tensors' addresses and their own scratch allocation, the rest as
+    recorded, and no launch of the wrapper's own. A call whose pointers cannot all be
+    named (two bound tensors at one address; an address outside the call's buffers) is not
+    kept, and after RECORD_TRIES of those the key is no longer recorded."""
+    for name, value in (("_direct_calls", set()), ("_records", {}), ("_record_misses", {})):
+        monkeypatch.setattr(_runtime, name, value)
+    monkeypatch.setattr(_runtime, "_layouts", {})
+    fills, buffers = [], []
+    monkeypatch.setattr(_runtime, "fill_int32", lambda *args: fills.append(args))
+    new_buffer = _runtime.new_buffer
+    monkeypatch.setattr(
+        _runtime, "new_buffer", lambda *a: buffers.append(new_buffer(*a)) or buffers[-1]
+    )
+    kernel, opts, cpu = _Jit2(), {"BLOCK": 16}, torch.device("cpu")
+
+    def wrapper(key, bound, y=None):
+        """A two-buffer wrapper call on `bound` (tensors): a memset of its second buffer
+        (direct calls), then one launch on bound[0] and y (None: that buffer)."""
+        call = call_on(key)
+        if call.replay(bound):
+            return "replayed"
+        scratch = _runtime.Scratch(cpu, key, call.direct)
+        scratch.empty((3,), torch.float32)
+        buf = scratch.empty((4,), torch.int32)
+        if scratch.addresses:
+            call.fill_int32(buf, -1, 4)
+        call.launch(kernel, (2,), (bound[0], buf if y is None else y, 5), opts)
+        scratch.close()
+        call.close(bound, scratch)
+        return "direct" if call.direct else "keyed"
+
+    key = _runtime.launch_key("record-test", 1)
+    x = torch.zeros(8)
+    assert [wrapper(key, (x,)) for _ in range(2)] == ["keyed", "direct"]
+    assert key in {k[0] for k in _runtime._records}
+    assert fills[-1][1:] == (-1, 4, 7)
+    z = torch.zeros(8)
+    assert wrapper(key, (z,)) == "replayed"
+    base = buffers[-1].data_ptr()  # the replay's scratch: 512 bytes, the int32s at 256
+    assert buffers[-1].numel() == 2 * _runtime.SCRATCH_ALIGN
+    assert fills[-1] == (base + 256, -1, 4, 7)
+    assert kernel.runs[-1] == (2, 1, 1, 7, "handle", "packed", None, None, None,
+                               z.data_ptr(), base + 256, 5, 16)  # fmt: skip
+    assert len(kernel.jit_calls) == 1
+
+    key2 = _runtime.launch_key("record-test", 2)  # two bound tensors at one address
+    calls = _runtime.RECORD_TRIES + 3
+    assert [wrapper(key2, (x, x)) for _ in range(calls)] == ["keyed"] + ["direct"] * (calls - 1)
+    assert _runtime._record_misses[(key2, 0, _runtime._knobs.runtime.debug)] == 3
+    key3 = _runtime.launch_key("record-test", 3)  # an address outside the call's buffers
+    outside = torch.zeros(8)
+    results = [wrapper(key3, (x,), outside.data_ptr()) for _ in range(3)]
+    assert results == ["keyed", "direct", "direct"]
+    assert not any(k[0] in (key2, key3) for k in _runtime._records)
 
 
 def test_launch_direct_false_always_takes_the_jit_path(fake):
@@ -582,6 +653,59 @@ def test_nsa_direct_launches_match_the_jit_path_bit_for_bit(pattern, monkeypatch
     torch.cuda.synchronize()
 
 
+@pytest.mark.gpu
+def test_nsa_replayed_calls_match_the_jit_path_on_rotating_inputs(monkeypatch):
+    """Forward (block-major phase, its second stream and its memset included), backward
+    with lse given and lse=None, bf16, as users run them: three input sets with their own
+    storage (and block_idx), called in turn four rounds over, the later rounds replaying
+    the recorded direct call (`_runtime.Call.replay`), one round on a stream of the
+    caller's; each result bit for bit the JIT path's on its own inputs, outputs poisoned."""
+    from kernels.nsa import (
+        _checks,
+        make_block_idx_random,
+        selection_backward_triton,
+        selection_forward_triton,
+    )
+    from kernels.nsa.tuning import with_fields
+
+    for name, value in (("_call_plans", {}), ("_direct_calls", set()), ("_records", {}),
+                        ("_record_misses", {})):  # fmt: skip
+        monkeypatch.setattr(_runtime, name, value)
+    new_empty = _checks.new_empty
+    monkeypatch.setattr(
+        _checks, "new_empty", lambda *a: new_empty(*a).fill_(float("nan"))
+    )  # fmt: skip
+    B, Hq, Hkv, T, D, bs, S = 1, 16, 4, 4096, 64, 64, 16  # the block-major phase runs
+    g = torch.Generator(device="cuda").manual_seed(5)
+    sets = []
+    for i in range(3):
+        q, k, v, do = (torch.randn(B, H, T, D, device="cuda", generator=g).bfloat16()
+                       for H in (Hq, Hkv, Hkv, Hq))  # fmt: skip
+        sets.append((q, k, v, do, make_block_idx_random(B, Hkv, T, bs, S, "cuda", seed=i)))
+
+    def run(q, k, v, do, idx, tuning=None):
+        o, lse = selection_forward_triton(q, k, v, idx, bs, return_lse=True, tuning=tuning)
+        grads = selection_backward_triton(q, k, v, idx, bs, do, o, lse, tuning=tuning)
+        return (o, lse, *grads, *selection_backward_triton(q, k, v, idx, bs, do, o, tuning=tuning))
+
+    want = [run(*x, tuning=with_fields(direct_launch=False)) for x in sets]
+    monkeypatch.setattr(_runtime, "CHECK_LAUNCH_KEYS", False)
+    caller = torch.cuda.Stream()
+    for r in range(4):
+        for x, ref in zip(sets, want, strict=True):
+            if r == 3:
+                caller.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(caller):
+                    got = run(*x)
+                torch.cuda.current_stream().wait_stream(caller)
+            else:
+                got = run(*x)
+            for a, b in zip(got, ref, strict=True):
+                assert torch.equal(a, b), r
+    assert len(_runtime._records) == 2  # the forward's key and the backward's
+    torch.cuda.synchronize()
+
+
 def test_a_patched_copy_of_the_nsa_forward_keeps_launch_tables_of_its_own(monkeypatch, tmp_path):
     """Launches stubbed, as on a GPU (`tools.dev.nsa_host_python.stub_launches`): after the
     forward's calls have gone direct, a copy of forward.py loaded under another module name
@@ -597,6 +721,8 @@ def test_a_patched_copy_of_the_nsa_forward_keeps_launch_tables_of_its_own(monkey
     monkeypatch.setattr(_runtime, "CHECK_LAUNCH_KEYS", False)
     monkeypatch.setattr(_runtime, "_call_plans", {})
     monkeypatch.setattr(_runtime, "_direct_calls", set())
+    monkeypatch.setattr(_runtime, "_records", {})
+    monkeypatch.setattr(_runtime, "_record_misses", {})
     name = "kernels.nsa.forward_copy_for_test"
     path = tmp_path / "forward_copy_for_test.py"
     path.write_text(open(forward.__file__).read())
@@ -618,8 +744,9 @@ def test_a_patched_copy_of_the_nsa_forward_keeps_launch_tables_of_its_own(monkey
 def test_nsa_direct_calls_pass_the_same_arguments_as_the_keyed_path(monkeypatch):
     """Launches stubbed and recorded (`tools.dev.nsa_host_python.stub_launches`), CPU
     tensors standing in for CUDA ones: the forward (block-major phase included), the
-    backward with lse given and with lse=None, each called three times on the same inputs.
-    The first call takes the keyed path (tensors), the later ones go direct (addresses);
+    backward with lse given and with lse=None, each called four times on the same inputs.
+    The first call takes the keyed path (tensors), the second goes direct (addresses) and
+    is recorded, the later ones replay that record (`_runtime.Call.replay`);
     every launch of every call gets the same kernels in the same order, each input and
     output at the same argument place (by its address), the same scalars, and the same
     scratch buffer at the same byte offset (`_runtime.Scratch` requests, in the call's
@@ -641,6 +768,9 @@ def test_nsa_direct_calls_pass_the_same_arguments_as_the_keyed_path(monkeypatch)
     monkeypatch.setattr(_runtime, "CHECK_LAUNCH_KEYS", False)
     monkeypatch.setattr(_runtime, "_call_plans", {})
     monkeypatch.setattr(_runtime, "_direct_calls", set())
+    monkeypatch.setattr(_runtime, "_records", {})
+    monkeypatch.setattr(_runtime, "_record_misses", {})
+    monkeypatch.setattr(_runtime, "_layouts", {})  # only this test's scratch layouts
     record = []
     stub_launches(monkeypatch.setattr, (tiles, forward, block_major, backward, inverse), record)
     B, Hq, Hkv, T, D, bs, S = 1, 16, 4, 4096, 64, 64, 16  # block-major phase included
@@ -657,7 +787,10 @@ def test_nsa_direct_calls_pass_the_same_arguments_as_the_keyed_path(monkeypatch)
 
     requests = []  # the call's scratch requests, in order: (start address, bytes)
     outputs = []  # the tensors the call allocates for its results (`_checks.new_empty`)
-    scratch_empty, new_empty = _runtime.Scratch.empty, _checks.new_empty
+    buffers = []  # its one-allocation scratch buffers (a direct call's, a replay's)
+    scratch_empty, new_empty, new_buffer = (
+        _runtime.Scratch.empty, _checks.new_empty, _runtime.new_buffer
+    )  # fmt: skip
 
     def empty(self, shape, dtype, tensor=False):
         x = scratch_empty(self, shape, dtype, tensor)
@@ -669,8 +802,15 @@ def test_nsa_direct_calls_pass_the_same_arguments_as_the_keyed_path(monkeypatch)
         outputs.append(new_empty(shape, dtype, device))
         return outputs[-1]
 
+    def buffer(shape, dtype, device):
+        x = new_buffer(shape, dtype, device)
+        if dtype is torch.uint8:
+            buffers.append(x)
+        return x
+
     monkeypatch.setattr(_runtime.Scratch, "empty", empty)
     monkeypatch.setattr(_checks, "new_empty", output)
+    monkeypatch.setattr(_runtime, "new_buffer", buffer)
 
     def label(a):
         """An address as the input there, the call's i-th output, or (scratch request i,
@@ -684,6 +824,13 @@ def test_nsa_direct_calls_pass_the_same_arguments_as_the_keyed_path(monkeypatch)
         for i, (start, n) in enumerate(requests):
             if start <= a < start + max(n, 1):
                 return f"scratch {i} + {a - start}"
+        for x in buffers:  # a replay's scratch: its place in the key's recorded layout
+            at = a - x.data_ptr()
+            if 0 <= at < x.numel():
+                (parts,) = [p for n, p in _runtime._layouts.values() if n == x.numel()]
+                for i, (shape, dtype, _, offset) in enumerate(parts):
+                    if offset <= at < offset + max(dtype.itemsize * math.prod(shape), 1):
+                        return f"scratch {i} + {at - offset}"
         return "elsewhere"
 
     def launches():
@@ -701,10 +848,18 @@ def test_nsa_direct_calls_pass_the_same_arguments_as_the_keyed_path(monkeypatch)
             out.append((kernel, tuple(norm)))
         return out
 
+    replays = []  # whether each call replayed a record (`_runtime.Call.replay`)
+    replay = _runtime.Call.replay
+
+    def replay_logged(self, bound):
+        replays.append(replay(self, bound))
+        return replays[-1]
+
+    monkeypatch.setattr(_runtime.Call, "replay", replay_logged)
     for name, fn in calls.items():
         runs = []
-        for _ in range(3):
-            for log in (record, requests, outputs):
+        for _ in range(4):
+            for log in (record, requests, outputs, buffers):
                 log.clear()
             fn()
             runs.append(launches())
@@ -719,5 +874,10 @@ def test_nsa_direct_calls_pass_the_same_arguments_as_the_keyed_path(monkeypatch)
             name,
             [(kn, a) for kn, a in first if "elsewhere" in a],
         )
-    # The forward's key and the backward's (lse given or recomputed: the same key) went direct.
+    # The forward's key and the backward's (lse given or recomputed: the same key) went
+    # direct, the second call with each recorded, and the later ones replayed the record:
+    # forward 1, 2 keyed, direct; 3, 4 replays; backward the same; backward lse=None: its
+    # forward and itself replayed, 4 times.
     assert len(_runtime._direct_calls) == 2
+    assert len(_runtime._records) == 2
+    assert replays == [False, False, True, True] * 2 + [True] * 8

@@ -4,6 +4,7 @@ import ctypes
 import functools
 import inspect
 import os
+import threading
 
 import torch
 import triton
@@ -263,9 +264,25 @@ def _launch(kernel, grid, args, kwargs, key, stream):
 # as tensor views, whose making costs more host time than the launch that reads them. A
 # direct call's launch missing from the table raises: Triton's JIT path would take such an
 # address for an integer argument.
+#
+# A direct call is then *recorded*: its device work in order (launches, memsets, the fork
+# to a second stream and the join back) with every pointer argument named by where it
+# points: the call's i-th bound tensor (the wrapper's inputs and outputs, `close(bound=)`)
+# or an offset into its scratch allocation. Everything else a launch takes (grid, scalars,
+# constexprs, the side stream) is fixed by the key, as the table's plans are. Later calls
+# with the key *replay* the record (`Call.replay`): one allocation for the scratch, then
+# each step with the new addresses put in, and none of the wrapper's Python between
+# launches (plans, views, list sizes). A record is kept only when every pointer argument
+# could be named; a call whose arguments could not (an address outside the call's
+# buffers, or two bound tensors at one address, which a later call may not share) leaves
+# its key on the direct path, and after RECORD_TRIES such calls no more are recorded.
 _call_plans = {}  # (caller key, device index, debug) -> {(id(kernel), id(options)): plan}
 _direct_calls = set()  # the keys of `_call_plans` whose calls are direct
+_records = {}  # the same keys -> `_Record` of a direct call (replayed by later calls)
+_record_misses = {}  # the same keys -> how many recorded calls could not be kept
+RECORD_TRIES = 3
 _streams = {}  # torch's (stream id, device index, device type) -> (Stream, raw handle)
+_EVENTS = threading.local()  # .pairs: device index -> this thread's (fork, join) events
 
 
 def _stream_of(ids):
@@ -293,23 +310,75 @@ def _hooks_set():
     return bool(getattr(enter, "calls", enter) or getattr(leave, "calls", leave))
 
 
+def fork_join_events(index):
+    """Two CUDA events (no timing) for the fork to a second stream and the join back of one
+    call on CUDA device `index`: made once per thread and device and recorded again by
+    every call. A wait takes the event's state when it is issued, so each call's
+    record-then-wait pair is its own dependency; per thread, so that two threads' calls
+    cannot record between the other's pair."""
+    pairs = getattr(_EVENTS, "pairs", None)
+    if pairs is None:
+        pairs = _EVENTS.pairs = {}
+    pair = pairs.get(index)
+    if pair is None:
+        pair = pairs[index] = (torch.cuda.Event(), torch.cuda.Event())
+    return pair
+
+
+def _launcher(compiled):
+    """(function, head) to launch `compiled` as `function(gx, gy, gz, stream, cu_function,
+    *head, *args, *constexprs)`. Triton's `CompiledKernel.run` is a Python object whose
+    call allocates the kernel's global and profile scratch (none for most kernels) and then
+    calls the compiled C launcher with two launch flags and those buffers added; with no
+    scratch to allocate, the C launcher is called straight. Launch hooks are off here (a
+    `Call` with hooks set keeps no table)."""
+    run = compiled.run
+    c_launch = getattr(run, "launch", None)
+    if (
+        type(run).__name__ == "CudaLauncher" and callable(c_launch)
+        and run.global_scratch_size == 0 and run.profile_scratch_size == 0
+    ):  # fmt: skip
+        head = (run.launch_cooperative_grid, run.launch_pdl, None, None)
+        return c_launch, (*head, compiled.packed_metadata, None, None, None)
+    return run, (compiled.packed_metadata, None, None, None)
+
+
+class _Record:
+    """A direct call's device work, for `Call.replay`: `steps`, each ("launch", function,
+    (gx, gy, gz), stream handle or None (the call's), the launch's fixed head and tail,
+    its arguments with 0 at each pointer's place, ((place, source, offset), ...)),
+    ("fill", source, offset, value, count), ("fork", side Stream) or ("join", side Stream);
+    a source is a bound tensor's index, or -1 for the scratch allocation of `nbytes`."""
+
+    __slots__ = ("steps", "nbytes", "n_bound")
+
+    def __init__(self, steps, nbytes, n_bound):
+        self.steps, self.nbytes, self.n_bound = steps, nbytes, n_bound
+
+
 class Call:
     """The launches of one wrapper call (module comment above).
 
     `Call(key, device)` at the start of the call, `key` its launch key (`launch_key`) or
-    None, `device` its tensors' torch.device; then `launch(kernel, grid, args, options)` for
-    each launch. On a CUDA device, `stream` is the current stream when the call started
-    (a torch Stream; None elsewhere): the call's launches go to it unless told otherwise.
+    None, `device` its tensors' torch.device; then `replay(bound)`, and where that returns
+    False, `launch(kernel, grid, args, options)` for each launch (and `fill_int32`, `fork`
+    and `join` for the call's other device work), then `close(bound, scratch)`. On a CUDA
+    device, `stream` is the current stream when the call started (a torch Stream; None
+    elsewhere): the call's launches go to it unless told otherwise.
     """
 
-    __slots__ = ("key", "stream", "direct", "_handle", "_plans", "_plans_key", "_complete")
+    __slots__ = (
+        "key", "stream", "direct", "_handle", "_index", "_plans", "_plans_key", "_complete",
+        "_steps", "_record",
+    )  # fmt: skip
 
     def __init__(self, key, device):
         self.key, self.stream, self._handle, self._plans = key, None, None, None
-        self.direct, self._complete = False, True
+        self.direct, self._complete, self._steps, self._record = False, True, None, None
         if device.type != "cuda" or interpreter_active():
             return
         index, self.stream, self._handle = _current_stream()
+        self._index = index
         if key is not None and _direct_version() and not CHECK_LAUNCH_KEYS and not _hooks_set():
             plans_key = self._plans_key = (key, index, _knobs.runtime.debug)
             plans = _call_plans.get(plans_key)
@@ -317,17 +386,91 @@ class Call:
                 plans = _call_plans[plans_key] = {}
             self._plans = plans
             self.direct = plans_key in _direct_calls
+            if self.direct:
+                self._record = _records.get(plans_key)
+                if self._record is None and _record_misses.get(plans_key, 0) < RECORD_TRIES:
+                    self._steps = []  # this call is recorded
 
     @property
     def handle(self):
         """The raw handle of the call's stream (an int; None off CUDA)."""
         return self._handle
 
-    def close(self):
+    def replay(self, bound):
+        """Queue the recorded device work of an earlier direct call with this key, with the
+        tensors `bound` (the wrapper's inputs and outputs, in the order it binds them at
+        `close`) and a fresh scratch allocation in place of that call's; returns whether
+        there was a record. The scratch is freed on return, as a call's temporaries are:
+        its next user on the call's stream runs after the recorded work (which ends on
+        that stream)."""
+        record = self._record
+        if record is None:
+            return False
+        if len(bound) != record.n_bound:
+            raise RuntimeError(f"a call with key {self.key!r} bound {len(bound)} tensors, "
+                               f"its record {record.n_bound}")  # fmt: skip
+        scratch = new_buffer((record.nbytes,), torch.uint8, bound[0].device)
+        base = [t.data_ptr() for t in bound]
+        base.append(scratch.data_ptr())  # source -1
+        handle = self._handle
+        for step in record.steps:
+            kind = step[0]
+            if kind == "launch":
+                _, fn, grid, stream, head, tail, fixed, places = step
+                args = list(fixed)
+                for place, source, offset in places:
+                    args[place] = base[source] + offset
+                fn(*grid, handle if stream is None else stream, *head, *args, *tail)
+            elif kind == "fill":
+                _, source, offset, value, count = step
+                fill_int32(base[source] + offset, value, count, handle)
+            elif kind == "fork":
+                fork = fork_join_events(self._index)[0]
+                fork.record(self.stream)
+                step[1].wait_event(fork)
+            else:  # join
+                join = fork_join_events(self._index)[1]
+                join.record(step[1])
+                self.stream.wait_event(join)
+        return True
+
+    def fill_int32(self, address, value, count):
+        """`fill_int32` of `count` int32 words at device `address` on the call's stream."""
+        if self._steps is not None:
+            self._steps.append(("fill", address, value, count))
+        fill_int32(address, value, count, self._handle)
+
+    def fork(self, side):
+        """Make `side` (a torch Stream) wait for the work queued so far on the call's stream."""
+        if self._steps is not None:
+            self._steps.append(("fork", side))
+        fork = fork_join_events(self._index)[0]
+        fork.record(self.stream)
+        side.wait_event(fork)
+
+    def join(self, side):
+        """Make the call's stream wait for the work queued so far on `side`."""
+        if self._steps is not None:
+            self._steps.append(("join", side))
+        join = fork_join_events(self._index)[1]
+        join.record(side)
+        self.stream.wait_event(join)
+
+    def close(self, bound=(), scratch=None):
         """The call made every launch: if each of them is in the table, later calls with
-        the key are direct."""
+        the key are direct. A recorded (direct) call also needs `bound`, the tensors its
+        launches took that `replay` will take anew (inputs and outputs, a fixed order per
+        key), and `scratch`, its `Scratch`: every pointer argument is named by one of
+        them, or the call is not kept as a record."""
         if self._plans is not None and self._complete and not self.direct:
             _direct_calls.add(self._plans_key)
+        if self._steps is not None:
+            record = _make_record(self._steps, bound, scratch)
+            if record is not None:
+                _records[self._plans_key] = record
+            else:
+                _record_misses[self._plans_key] = _record_misses.get(self._plans_key, 0) + 1
+            self._steps = None
 
     def launch(self, kernel, grid, args, options, stream=None):
         """`launch(kernel, grid, *args, key=..., stream=stream, **options)` for this call:
@@ -338,12 +481,14 @@ class Call:
         if plans is not None:
             plan = plans.get((id(kernel), id(options)))
             if plan is not None:
-                _, _, run, function, packed, tail = plan
+                _, _, fn, function, head, tail = plan
                 n = len(grid)
-                run(
-                    grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1,
-                    self._handle if stream is None else stream.cuda_stream, function, packed,
-                    None, None, None,
+                grid = (grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1)
+                handle = None if stream is None else stream.cuda_stream
+                if self._steps is not None:
+                    self._steps.append(("launch", fn, grid, handle, (function, *head), tail, args))
+                fn(
+                    *grid, self._handle if handle is None else handle, function, *head,
                     *[a.data_ptr() if type(a) is torch.Tensor else a for a in args], *tail,
                 )  # fmt: skip
                 return
@@ -359,12 +504,66 @@ class Call:
             and direct_supported(kernel) and getattr(compiled, "function", None) is not None
         ):  # fmt: skip
             # The plan holds the kernel and the options, so neither id can be reused.
+            fn, head = _launcher(compiled)
             plans[(id(kernel), id(options))] = (
-                kernel, options, compiled.run, compiled.function, compiled.packed_metadata,
-                _tail(kernel, len(args), options),
+                kernel, options, fn, compiled.function, head, _tail(kernel, len(args), options)
             )  # fmt: skip
         else:
             self._complete = False
+
+
+def _make_record(steps, bound, scratch):
+    """The `_Record` of a direct call's `steps` (as `Call` kept them, pointers as tensors
+    or addresses), with each pointer named by `bound` (tensors, by identity) or `scratch`
+    (addresses in its allocation); None where one cannot be: an address outside both, or
+    bound tensors that share an address (a later call's may not)."""
+    ptrs = {id(t): i for i, t in enumerate(bound)}
+    starts = [t.data_ptr() for t in bound]
+    if len(set(starts)) != len(starts):
+        return None
+    lo = scratch._ptr if scratch is not None and scratch.addresses else None
+    hi = None if lo is None else lo + _layouts[scratch.key][0]
+
+    def name(a):
+        """(source, offset) of a pointer argument, or None where it is not one; raises
+        LookupError for an address that cannot be named."""
+        if type(a) is torch.Tensor:
+            i = ptrs.get(id(a))
+            if i is not None:
+                return i, 0
+            a = a.data_ptr()
+        elif type(a) is not int:
+            return None
+        if lo is not None and lo <= a < hi:
+            return -1, a - lo
+        if a in starts or not _I32[0] <= a < 2**32:
+            raise LookupError(a)  # an address (or an int of that size) we cannot name
+        return None
+
+    out = []
+    try:
+        for step in steps:
+            if step[0] == "launch":
+                _, fn, grid, stream, head, tail, args = step
+                fixed, places = list(args), []
+                for place, a in enumerate(args):
+                    named = name(a)
+                    if named is not None:
+                        fixed[place] = 0
+                        places.append((place, *named))
+                    elif type(a) is torch.Tensor:
+                        raise LookupError(a)
+                out.append(("launch", fn, grid, stream, head, tail, tuple(fixed), tuple(places)))
+            elif step[0] == "fill":
+                named = name(step[1])
+                if named is None:
+                    raise LookupError(step[1])
+                out.append(("fill", *named, step[2], step[3]))
+            else:
+                out.append(step)
+    except LookupError:
+        return None
+    return _Record(tuple(out), hi - lo if lo is not None else SCRATCH_ALIGN, len(bound))
 
 
 _interned = {}  # LaunchKey -> itself: one object per distinct key (`launch_key`)

@@ -427,12 +427,13 @@ def _backward_plan(dims, dtype, qk_scale, tuning):
     )  # fmt: skip
 
 
-def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, p, tuning, call, scratch):
-    """Run the dq kernel; returns (dq, delta, lse_lo), the last two fp32 [B, Hq, T]: delta =
+def _dq_and_delta(
+    q, k, v, block_idx, block_size, do, o, lse, dq, dims, p, tuning, call, scratch
+):  # fmt: skip
+    """Run the dq kernel into `dq`; returns (delta, lse_lo), fp32 [B, Hq, T]: delta =
     rowsum(o * do) and the base-2 correction of lse (None unless `renormalise`), from the
     call's `scratch` (device addresses in a direct call), as are the kernel's tile lists and
     redo flags; p: the call's `_BackwardPlan`, call its `_runtime.Call`."""
-    dq = _checks.new_empty(q.shape, q.dtype, q.device)
     delta = scratch.empty(q.shape[:3], torch.float32)
     lse_lo = scratch.empty(q.shape[:3], torch.float32) if p.renorm else None
     lists, counts = tile_block_lists(
@@ -446,16 +447,15 @@ def _dq_and_delta(q, k, v, block_idx, block_size, do, o, lse, dims, p, tuning, c
     )  # fmt: skip
     for options in p.dq_options:  # plain, then SAFE
         call.launch(_sel_bwd_dq_kernel, p.dq_grid, args, options)
-    return dq, delta, lse_lo
+    return delta, lse_lo
 
 
 def _dk_dv(
-    q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, p, tuning, call, scratch
+    q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dk, dv, dims, p, tuning, call,
+    scratch,
 ):  # fmt: skip
     """Run the dk/dv kernels over the inverted index (its buffers and the kernel's partial
-    sums from the call's `scratch`, device addresses in a direct call); returns (dk, dv)."""
-    dk = _checks.new_empty(k.shape, k.dtype, k.device)
-    dv = _checks.new_empty(v.shape, v.dtype, v.device)
+    sums from the call's `scratch`, device addresses in a direct call) into dk and dv."""
     row_ptr, col, segments = inverted_lists(
         block_idx, block_size, unique=False, seg_len=p.seg_len, tuning=tuning, call=call,
         scratch=scratch,
@@ -475,7 +475,6 @@ def _dk_dv(
             _sel_bwd_reduce_kernel, p.reduce_grid,
             (seg_start, part_start, part, dk, dv) + p.reduce_args, p.reduce_options,
         )  # fmt: skip
-    return dk, dv
 
 
 def selection_backward_triton(
@@ -506,20 +505,27 @@ def selection_backward_triton(
         __name__, dims, q.dtype, block_idx.dtype, tuning,
         _runtime.aligned(q, k, v, block_idx, do, o, lse),
     )  # fmt: skip
-    p = _runtime.per_key(key, None, _backward_plan, dims, q.dtype, qk_scale, tuning)
     call = _runtime.Call(key, q.device)
+    dq = _checks.new_empty(q.shape, q.dtype, q.device)
+    dk = _checks.new_empty(k.shape, k.dtype, k.device)
+    dv = _checks.new_empty(v.shape, v.dtype, v.device)
+    bound = (q, k, v, block_idx, do, o, lse, dq, dk, dv)
+    if call.replay(bound):  # an earlier direct call's launches, on these tensors
+        return dq, dk, dv
+    p = _runtime.per_key(key, None, _backward_plan, dims, q.dtype, qk_scale, tuning)
     # Every temporary of the call (delta and lse_lo, the dq kernel's tile lists and redo
     # flags, the inversion and the dk/dv partial sums) is a view of one allocation, or its
     # device address in a direct call: one allocation per call, not one per buffer. The dq
     # phase's few lists stay allocated through the dk/dv phase, which adds T * S int32 per
     # (b, kv head) to the call's peak.
     scratch = _runtime.Scratch(q.device, key, call.direct)
-    dq, delta, lse_lo = _dq_and_delta(
-        q, k, v, block_idx, block_size, do, o, lse, dims, p, tuning, call, scratch
+    delta, lse_lo = _dq_and_delta(
+        q, k, v, block_idx, block_size, do, o, lse, dq, dims, p, tuning, call, scratch
     )
-    dk, dv = _dk_dv(
-        q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dims, p, tuning, call, scratch
-    )
+    _dk_dv(
+        q, k, v, block_idx, block_size, do, lse, delta, lse_lo, dk, dv, dims, p, tuning, call,
+        scratch,
+    )  # fmt: skip
     scratch.close()
-    call.close()
+    call.close(bound, scratch)
     return dq, dk, dv

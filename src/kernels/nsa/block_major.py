@@ -490,7 +490,7 @@ def list_scratch(
     n = BH * (NL + L + NC)
     if scratch.addresses:  # a direct call: the kernels take addresses
         at, w = scratch.empty((n,), torch.int32), torch.int32.itemsize
-        _runtime.fill_int32(at, -1, n, call.handle)
+        call.fill_int32(at, -1, n)
         return at, at + w * BH * NL, at + w * BH * (NL + L)
     buf = scratch.empty((n,), torch.int32)
     buf.fill_(-1)

@@ -58,7 +58,6 @@ sits in a kernel of its own, so it costs the fast kernels no registers. A non-fi
 (NaN when it is a NaN).
 """
 
-import threading
 from typing import NamedTuple
 
 import torch
@@ -79,7 +78,6 @@ from .tiles import (
 from .tuning import resolve
 
 _SIDE_STREAMS = {}  # the second stream of `side_stream`, per CUDA device
-_EVENTS = threading.local()  # .pairs: device index -> (fork, join) events of this thread
 
 
 def forward_stages(block_t, tuning=None):
@@ -311,20 +309,6 @@ def side_stream(device, tuning=None):
     return _SIDE_STREAMS[index]
 
 
-def _fork_join_events(device):
-    """Two CUDA events (no timing) for the fork and the join of one call: made once per
-    thread and device and recorded again by every call. A wait takes the event's state
-    when it is issued, so each call's record-then-wait pair is its own dependency; per
-    thread, so that two threads' calls cannot record between the other's pair."""
-    pairs = getattr(_EVENTS, "pairs", None)
-    if pairs is None:
-        pairs = _EVENTS.pairs = {}
-    pair = pairs.get(device.index)
-    if pair is None:
-        pair = pairs[device.index] = (torch.cuda.Event(), torch.cuda.Event())
-    return pair
-
-
 class _ForwardPlan(NamedTuple):
     """What one forward call launches, from its sizes, dtype, tuning and device alone
     (`_forward_plan`; computed once per launch key)."""
@@ -426,10 +410,13 @@ def checked_forward(q, k, v, block_idx, block_size, dims, tuning):
         __name__, dims, q.dtype, block_idx.dtype, tuning, _runtime.aligned(q, k, v, block_idx)
     )
     dev = q.device
-    p = _runtime.per_key(key, dev, _forward_plan, dims, q.dtype, tuning, dev)
     call = _runtime.Call(key, dev)
     o = _checks.new_empty(q.shape, q.dtype, dev)
     lse = _checks.new_empty(q.shape[:3], torch.float32, dev)
+    bound = (q, k, v, block_idx, o, lse)
+    if call.replay(bound):  # an earlier direct call's launches, on these tensors
+        return o, lse
+    p = _runtime.per_key(key, dev, _forward_plan, dims, q.dtype, tuning, dev)
     # The call's temporaries (flags, tile lists, the block-major phase's lists and partials)
     # in one allocation; a direct call (`_runtime.Call.direct`) passes their addresses.
     scratch = _runtime.Scratch(dev, key, call.direct)
@@ -445,9 +432,7 @@ def checked_forward(q, k, v, block_idx, block_size, dims, tuning):
     )  # fmt: skip
     side = p.side
     if side is not None:
-        fork, join = _fork_join_events(dev)
-        fork.record(call.stream)  # after the tile lists and counts
-        side.wait_event(fork)
+        call.fork(side)  # after the tile lists and counts
     call.launch(
         _sel_fwd_kernel, p.grid, (q, k, v, block_idx, lists, counts, o, lse, flags, *p.tile_scalars),
         p.tile_options, stream=side,
@@ -462,11 +447,10 @@ def checked_forward(q, k, v, block_idx, block_size, dims, tuning):
     if side is not None:
         # Join: everything after the call on its stream (and the caching allocator's reuse
         # of this call's temporaries, allocated on it) waits for the tile kernel.
-        join.record(side)
-        call.stream.wait_event(join)
+        call.join(side)
     call.launch(
         _sel_fwd_fix_kernel, p.fix_grid,
         (q, k, v, block_idx, lists, counts, o, lse, flags, *p.fix_scalars), p.fix_options,
     )  # fmt: skip
-    call.close()
+    call.close(bound, scratch)
     return o, lse
