@@ -297,6 +297,31 @@ def test_a_call_is_direct_once_an_earlier_call_closed_with_every_launch_in_the_t
     assert not call_on(key).direct  # checked calls use no table
 
 
+def test_launcher_calls_tritons_c_launcher_straight_where_no_scratch_is_allocated():
+    """Triton's launcher object allocates the kernel's global and profile scratch and then
+    calls its C launcher with the launch flags and those buffers: with nothing to allocate,
+    `_launcher` calls the C launcher with the same arguments; otherwise the object."""
+
+    class CudaLauncher:  # the name and attributes of Triton's (checked on the GPU)
+        launch_cooperative_grid, launch_pdl = False, True
+        global_scratch_size = profile_scratch_size = 0
+
+        def __init__(self):
+            self.launch = lambda *args: ("c", args)
+
+        def __call__(self, *args):
+            return ("object", args)
+
+    compiled = _Compiled([])
+    compiled.run = CudaLauncher()
+    fn, head = _runtime._launcher(compiled)
+    assert fn is compiled.run.launch
+    assert head == (False, True, None, None, "packed", None, None, None)
+    compiled.run.global_scratch_size = 64
+    fn, head = _runtime._launcher(compiled)
+    assert fn == compiled.run and head == ("packed", None, None, None)
+
+
 def _kernel2_fn(X, Y, n, BLOCK: tl.constexpr):
     pass
 
