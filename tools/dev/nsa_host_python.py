@@ -90,7 +90,9 @@ def main():
         choices=("cpu", "meta"),
         default="meta",
         help="where the tensors live: meta (default) allocates no memory, so allocations and "
-        "fills cost what their Python and dispatch cost, as on a GPU; cpu also fills memory",
+        "fills cost what their Python and dispatch cost, as on a GPU, but every meta tensor "
+        "is at address 0, so no direct call is recorded and none replayed "
+        "(`kernels._runtime.Call.replay`); cpu replays as a GPU does, and also allocates memory",
     )
     args = ap.parse_args()
 
