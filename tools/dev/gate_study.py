@@ -280,7 +280,7 @@ NSA_BWD_LOOP_HUNKS = (
 # whose store needs gate_never > 0 (never passed): host work plus a launch's device cost.
 HOST_MARK = "# gate-study extra host work"
 NSA_HOST_HUNKS = (
-    Hunk("import threading", "import time"),
+    Hunk("from typing import NamedTuple", "import time"),
     Hunk(
         "tuning = resolve(tuning)",
         HOST_MARK + ": {extra} us of Python per call (no device work)\n"
