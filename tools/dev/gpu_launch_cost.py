@@ -59,6 +59,11 @@ def main():
             lambda: run(*fixed, *tensors, *ints, n_ptrs),
         )
         time(f"compiled.run, {n_ptrs} pointers as ints", lambda: run(*fixed, *addrs, *ints, n_ptrs))
+        c_launch, head = _runtime._launcher(compiled)  # Triton's C launcher, where it may
+        time(
+            f"_runtime._launcher's function, {n_ptrs} pointers as ints",
+            lambda: c_launch(1, 1, 1, stream, compiled.function, *head, *addrs, *ints, n_ptrs),
+        )
         time(
             f"_runtime.launch (keyed), {n_ptrs} pointers",
             lambda: _runtime.launch(_touch_kernel, (1,), *tensors, *ints, key=key),
