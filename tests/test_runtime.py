@@ -788,6 +788,7 @@ def test_nsa_direct_calls_pass_the_same_arguments_as_the_keyed_path(monkeypatch)
         selection_forward_triton,
         tiles,
     )
+    from kernels.nsa.tuning import with_fields
     from tools.dev.nsa_host_python import stub_launches
 
     monkeypatch.setattr(_runtime, "CHECK_LAUNCH_KEYS", False)
@@ -906,3 +907,9 @@ def test_nsa_direct_calls_pass_the_same_arguments_as_the_keyed_path(monkeypatch)
     assert len(_runtime._direct_calls) == 2
     assert len(_runtime._records) == 2
     assert replays == [False, False, True, True] * 2 + [True] * 8
+    replays.clear()  # replay_calls=False: a new key, direct from its second call, no record
+    no_replay = with_fields(replay_calls=False)
+    for _ in range(4):
+        selection_forward_triton(q, k, v, idx, bs, tuning=no_replay)
+    assert replays == [False] * 4 and len(_runtime._records) == 2
+    assert len(_runtime._direct_calls) == 3

@@ -359,8 +359,9 @@ class _Record:
 class Call:
     """The launches of one wrapper call (module comment above).
 
-    `Call(key, device)` at the start of the call, `key` its launch key (`launch_key`) or
-    None, `device` its tensors' torch.device; then `replay(bound)`, and where that returns
+    `Call(key, device, replay)` at the start of the call, `key` its launch key
+    (`launch_key`) or None, `device` its tensors' torch.device, `replay` whether its calls
+    may be recorded and replayed; then `replay(bound)`, and where that returns
     False, `launch(kernel, grid, args, options)` for each launch (and `fill_int32`, `fork`
     and `join` for the call's other device work), then `close(bound, scratch)`. On a CUDA
     device, `stream` is the current stream when the call started (a torch Stream; None
@@ -372,7 +373,7 @@ class Call:
         "_steps", "_record",
     )  # fmt: skip
 
-    def __init__(self, key, device):
+    def __init__(self, key, device, replay=True):
         self.key, self.stream, self._handle, self._plans = key, None, None, None
         self.direct, self._complete, self._steps, self._record = False, True, None, None
         if device.type != "cuda" or interpreter_active():
@@ -386,7 +387,7 @@ class Call:
                 plans = _call_plans[plans_key] = {}
             self._plans = plans
             self.direct = plans_key in _direct_calls
-            if self.direct:
+            if self.direct and replay:
                 self._record = _records.get(plans_key)
                 if self._record is None and _record_misses.get(plans_key, 0) < RECORD_TRIES:
                     self._steps = []  # this call is recorded

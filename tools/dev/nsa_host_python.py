@@ -71,8 +71,8 @@ def stub_launches(patch, modules, record=None):
     patch(_runtime, "interpreter_active", lambda: False)
     call_init = _runtime.Call.__init__  # a Call on these tensors runs as on a CUDA device
 
-    def cuda_call(self, key, device):
-        call_init(self, key, torch.device("cuda", 0))
+    def cuda_call(self, key, device, replay=True):
+        call_init(self, key, torch.device("cuda", 0), replay)
 
     patch(_runtime.Call, "__init__", cuda_call)
     patch(_runtime, "direct_supported", lambda kernel: True)  # the stubs go direct too

@@ -505,7 +505,7 @@ def selection_backward_triton(
         __name__, dims, q.dtype, block_idx.dtype, tuning,
         _runtime.aligned(q, k, v, block_idx, do, o, lse),
     )  # fmt: skip
-    call = _runtime.Call(key, q.device)
+    call = _runtime.Call(key, q.device, tuning.replay_calls)
     dq = _checks.new_empty(q.shape, q.dtype, q.device)
     dk = _checks.new_empty(k.shape, k.dtype, k.device)
     dv = _checks.new_empty(v.shape, v.dtype, v.device)

@@ -410,7 +410,7 @@ def checked_forward(q, k, v, block_idx, block_size, dims, tuning):
         __name__, dims, q.dtype, block_idx.dtype, tuning, _runtime.aligned(q, k, v, block_idx)
     )
     dev = q.device
-    call = _runtime.Call(key, dev)
+    call = _runtime.Call(key, dev, tuning.replay_calls)
     o = _checks.new_empty(q.shape, q.dtype, dev)
     lse = _checks.new_empty(q.shape[:3], torch.float32, dev)
     bound = (q, k, v, block_idx, o, lse)

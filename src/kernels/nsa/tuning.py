@@ -141,6 +141,9 @@ class NsaTuning:
     # Repeated launches skip Triton's JIT dispatch (`kernels._runtime.launch`); False sends
     # every launch through `kernel[grid](...)`. Results are the same either way.
     direct_launch: bool = True
+    # A key's first direct call is recorded and later calls replay it (`kernels._runtime.
+    # Call.replay`); False keeps every call on the direct path. Results are the same.
+    replay_calls: bool = True
 
 
 DEFAULT = NsaTuning()
@@ -158,10 +161,10 @@ def resolve(tuning):
 def with_fields(base=None, **fields):
     """`base` (None: DEFAULT) with the named fields replaced (`dataclasses.replace` on the
     group of each: forward, block_major or backward; field names are unique across the
-    groups; `direct_launch` is NsaTuning's own), e.g. `with_fields(tile_rows=32,
+    groups; `direct_launch` and `replay_calls` are NsaTuning's own), e.g. `with_fields(tile_rows=32,
     dq_rows=16)`. An unknown name is refused."""
     base = resolve(base)
-    groups = {n: fields.pop(n) for n in ("direct_launch",) if n in fields}
+    groups = {n: fields.pop(n) for n in ("direct_launch", "replay_calls") if n in fields}
     for group in ("forward", "block_major", "backward"):
         sub = getattr(base, group)
         mine = {f.name: fields.pop(f.name) for f in dataclasses.fields(sub) if f.name in fields}
