@@ -769,9 +769,10 @@ def test_a_patched_copy_of_the_nsa_forward_keeps_launch_tables_of_its_own(monkey
 def test_nsa_direct_calls_pass_the_same_arguments_as_the_keyed_path(monkeypatch):
     """Launches stubbed and recorded (`tools.dev.nsa_host_python.stub_launches`), CPU
     tensors standing in for CUDA ones: the forward (block-major phase included), the
-    backward with lse given and with lse=None, each called four times on the same inputs.
-    The first call takes the keyed path (tensors), the second goes direct (addresses) and
-    is recorded, the later ones replay that record (`_runtime.Call.replay`);
+    backward with lse given and with lse=None, each called four times, on two input sets in
+    turn. The first call takes the keyed path (tensors), the second goes direct (addresses)
+    and is recorded, the later ones replay that record (`_runtime.Call.replay`), the first
+    replay on the set the record was not made on;
     every launch of every call gets the same kernels in the same order, each input and
     output at the same argument place (by its address), the same scalars, and the same
     scratch buffer at the same byte offset (`_runtime.Scratch` requests, in the call's
@@ -800,15 +801,25 @@ def test_nsa_direct_calls_pass_the_same_arguments_as_the_keyed_path(monkeypatch)
     record = []
     stub_launches(monkeypatch.setattr, (tiles, forward, block_major, backward, inverse), record)
     B, Hq, Hkv, T, D, bs, S = 1, 16, 4, 4096, 64, 64, 16  # block-major phase included
-    q, do = (torch.zeros(B, Hq, T, D, dtype=torch.bfloat16) for _ in range(2))
-    k, v = (torch.zeros(B, Hkv, T, D, dtype=torch.bfloat16) for _ in range(2))
-    idx = make_block_idx_random(B, Hkv, T, bs, S, "cpu", seed=0)
-    o, lse = torch.zeros_like(q), torch.zeros(B, Hq, T)
-    inputs = dict(q=q, k=k, v=v, idx=idx, do=do, o=o, lse=lse)
+    sets = []  # two input sets with their own storage; the calls alternate between them
+    for seed in range(2):
+        q, do = (torch.zeros(B, Hq, T, D, dtype=torch.bfloat16) for _ in range(2))
+        k, v = (torch.zeros(B, Hkv, T, D, dtype=torch.bfloat16) for _ in range(2))
+        idx = make_block_idx_random(B, Hkv, T, bs, S, "cpu", seed=seed)
+        o, lse = torch.zeros_like(q), torch.zeros(B, Hq, T)
+        sets.append(dict(q=q, k=k, v=v, idx=idx, do=do, o=o, lse=lse))
+    inputs = {}  # the set of the call being made
+    x = inputs.__getitem__
     calls = {
-        "forward": lambda: selection_forward_triton(q, k, v, idx, bs, return_lse=True),
-        "backward": lambda: selection_backward_triton(q, k, v, idx, bs, do, o, lse),
-        "backward lse=None": lambda: selection_backward_triton(q, k, v, idx, bs, do, o),
+        "forward": lambda: selection_forward_triton(
+            x("q"), x("k"), x("v"), x("idx"), bs, return_lse=True
+        ),
+        "backward": lambda: selection_backward_triton(
+            x("q"), x("k"), x("v"), x("idx"), bs, x("do"), x("o"), x("lse")
+        ),
+        "backward lse=None": lambda: selection_backward_triton(
+            x("q"), x("k"), x("v"), x("idx"), bs, x("do"), x("o")
+        ),
     }
 
     requests = []  # the call's scratch requests, in order: (start address, bytes)
@@ -884,9 +895,10 @@ def test_nsa_direct_calls_pass_the_same_arguments_as_the_keyed_path(monkeypatch)
     monkeypatch.setattr(_runtime.Call, "replay", replay_logged)
     for name, fn in calls.items():
         runs = []
-        for _ in range(4):
+        for i in range(4):  # sets 0, 1, 0, 1: the first replay is on the other set
             for log in (record, requests, outputs, buffers):
                 log.clear()
+            inputs.update(sets[i % 2])
             fn()
             runs.append(launches())
         first, later = runs[0], runs[1:]
@@ -910,6 +922,6 @@ def test_nsa_direct_calls_pass_the_same_arguments_as_the_keyed_path(monkeypatch)
     replays.clear()  # replay_calls=False: a new key, direct from its second call, no record
     no_replay = with_fields(replay_calls=False)
     for _ in range(4):
-        selection_forward_triton(q, k, v, idx, bs, tuning=no_replay)
+        selection_forward_triton(x("q"), x("k"), x("v"), x("idx"), bs, tuning=no_replay)
     assert replays == [False] * 4 and len(_runtime._records) == 2
     assert len(_runtime._direct_calls) == 3
