@@ -392,11 +392,6 @@ class Call:
                 if self._record is None and _record_misses.get(plans_key, 0) < RECORD_TRIES:
                     self._steps = []  # this call is recorded
 
-    @property
-    def handle(self):
-        """The raw handle of the call's stream (an int; None off CUDA)."""
-        return self._handle
-
     def replay(self, bound):
         """Queue the recorded device work of an earlier direct call with this key, with the
         tensors `bound` (the wrapper's inputs and outputs, in the order it binds them at
@@ -426,13 +421,9 @@ class Call:
                 _, source, offset, value, count = step
                 fill_int32(base[source] + offset, value, count, handle)
             elif kind == "fork":
-                fork = fork_join_events(self._index)[0]
-                fork.record(self.stream)
-                step[1].wait_event(fork)
-            else:  # join
-                join = fork_join_events(self._index)[1]
-                join.record(step[1])
-                self.stream.wait_event(join)
+                self.fork(step[1])  # a replaying call records nothing itself
+            else:
+                self.join(step[1])
         return True
 
     def fill_int32(self, address, value, count):
