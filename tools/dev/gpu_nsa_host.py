@@ -13,7 +13,8 @@ engine's device thread), the forward, the backward with lse given, and the backw
 lse=None. Prints one table (µs per call), then, at the first T, the autograd step's host
 time split between our two wrappers and the rest (timers around the wrappers that
 `SelectionAttention` calls), with the engine's threads on and off. With --out, writes
-host.json, and per call a cProfile listing and a torch.profiler table (every thread) to DIR.
+host.json, cprofile.txt (a cProfile listing per call) and torch_profile.txt (a torch.profiler
+table per call, every thread) to DIR.
 """
 
 import argparse
@@ -176,6 +177,8 @@ def main():
     out = pathlib.Path(a.out) if a.out else None
     if out:
         out.mkdir(parents=True, exist_ok=True)
+        for path in ("cprofile.txt", "torch_profile.txt"):
+            (out / path).write_text("")
     rows = []
     print(f"{'T':>6} {'pattern':8} {'call':18} {'ops':>4} {'host':>8} {'eager':>8} {'graph':>8}")
     for T in a.T:
@@ -197,8 +200,12 @@ def main():
                 line = f"{T:>6} {pattern:8} {name:18} {ops:>4} {host:8.1f} {eager:8.1f}"
                 print(f"{line} {graph:8.1f}", flush=True)
                 if out and pattern == "recent" and T == a.T[0]:
-                    (out / f"cprofile_{name}.txt").write_text(host_listing(fns[0]))
-                    (out / f"torch_profile_{name}.txt").write_text(torch_listing(fns[0]))
+                    # One file per kind of listing, a section per call: three files in
+                    # all, few enough for a device call's returned files.
+                    for path, listing in (("cprofile.txt", host_listing),
+                                          ("torch_profile.txt", torch_listing)):  # fmt: skip
+                        with open(out / path, "a") as f:
+                            f.write(f"=== {name}, T={T} {pattern}\n{listing(fns[0])}\n")
             if T == a.T[0]:
                 print(
                     f"  autograd split, T={T} {pattern}: host per step / in forward wrapper /"
