@@ -367,6 +367,26 @@ def test_autograd_function_matches_reference():
         assert rel_err(x.grad, ref) < 1e-5
 
 
+def test_autograd_backward_checks_only_do_and_takes_an_expanded_one(monkeypatch):
+    """The autograd backward runs below the checks (its tensors are the checked forward's)
+    and takes a non-contiguous do: the gradients equal the public backward's, bit for bit."""
+    B, Hq, Hkv, T, D, bs, S = 1, 4, 2, 37, 32, 16, 3
+    q, k, v = [x.requires_grad_() for x in qkv(B, Hq, Hkv, T, D, dtype=torch.float32, seed=14)]
+    idx = odd_block_idx(B, Hkv, T, bs, S, seed=15)
+    do = torch.randn(B, Hq, T, 1, generator=torch.Generator().manual_seed(16)).expand(-1, -1, -1, D)
+    o, lse = selection_forward_triton(q.detach(), k.detach(), v.detach(), idx, bs, return_lse=True)
+    want = selection_backward_triton(
+        q.detach(), k.detach(), v.detach(), idx, bs, do.contiguous(), o, lse
+    )
+    checks = []
+    real = _checks.check_backward_args
+    monkeypatch.setattr(_checks, "check_backward_args", lambda *a: checks.append(1) or real(*a))
+    got = torch.autograd.grad(selection_attention(q, k, v, idx, bs), (q, k, v), do)
+    assert checks == []
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g, w)
+
+
 def _args(dtype=torch.float32):
     q, k, v = qkv(1, 4, 2, 20, 32, dtype=dtype)
     idx = make_block_idx_recent(1, 2, 20, 16, 2, "cpu")

@@ -11,10 +11,11 @@ runs no kernel (`autograd_floor`: what autograd itself costs), the step with the
 multithreading off (`autograd_serial`: the backward on the calling thread, not on the
 engine's device thread), the forward, the backward with lse given, and the backward with
 lse=None. Prints one table (µs per call), then, at the first T, the autograd step's host
-time split between our two wrappers and the rest (timers around the wrappers that
-`SelectionAttention` calls), with the engine's threads on and off. With --out, writes
-host.json, cprofile.txt (a cProfile listing per call) and torch_profile.txt (a torch.profiler
-table per call, every thread) to DIR.
+time split between our forward and backward and the rest (timers around the
+`checked_forward` and `checked_backward` that `SelectionAttention` calls below its
+checks), with the engine's threads on and off. With --out, writes host.json, cprofile.txt
+(a cProfile listing per call) and torch_profile.txt (a torch.profiler table per call,
+every thread) to DIR.
 """
 
 import argparse
@@ -138,9 +139,9 @@ def host_listing(fn, n=50):
 
 
 def autograd_split(fns, ops):
-    """(host µs per step, µs in the forward wrapper, µs in the backward wrapper): the
-    suite's host timer around the steps, and perf_counter around the two wrappers that
-    `SelectionAttention` calls (summed over every call the timer made, per step)."""
+    """(host µs per step, µs in the forward, µs in the backward): the suite's host timer
+    around the steps, and perf_counter around `checked_forward` and `checked_backward` as
+    `SelectionAttention` calls them (summed over every call the timer made, per step)."""
     spent = {"forward": 0.0, "backward": 0.0, "calls": 0}
 
     def timed(name, fn):
@@ -154,9 +155,9 @@ def autograd_split(fns, ops):
 
         return wrapper
 
-    saved = nsa_autograd.selection_forward_triton, nsa_autograd.selection_backward_triton
-    nsa_autograd.selection_forward_triton = timed("forward", saved[0])
-    nsa_autograd.selection_backward_triton = timed("backward", saved[1])
+    saved = nsa_autograd.checked_forward, nsa_autograd.checked_backward
+    nsa_autograd.checked_forward = timed("forward", saved[0])
+    nsa_autograd.checked_backward = timed("backward", saved[1])
     try:
         for f in fns:  # warm, untimed
             f()
@@ -164,7 +165,7 @@ def autograd_split(fns, ops):
         spent.update(forward=0.0, backward=0.0, calls=0)
         host = statistics.median(host_seconds(fns, ops + 8)) * 1e6
     finally:
-        nsa_autograd.selection_forward_triton, nsa_autograd.selection_backward_triton = saved
+        nsa_autograd.checked_forward, nsa_autograd.checked_backward = saved
     n = max(spent["calls"], 1)
     return host, spent["forward"] / n * 1e6, spent["backward"] / n * 1e6
 

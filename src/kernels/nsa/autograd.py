@@ -2,21 +2,27 @@
 
 import torch
 
-from .backward import selection_backward_triton
-from .forward import selection_forward_triton
+from . import _checks
+from .backward import checked_backward
+from .forward import checked_forward
+from .tuning import resolve
 
 
 class SelectionAttention(torch.autograd.Function):
-    """o = selection attention(q, k, v); saves lse so the backward does not recompute it."""
+    """o = selection attention(q, k, v); saves lse so the backward does not recompute it.
+
+    The forward checks its inputs as `selection_forward_triton` does. The backward checks
+    only do: q, k, v, block_idx, o and lse are the forward's own, and autograd refuses
+    saved tensors changed in place since."""
 
     @staticmethod
     def forward(ctx, q, k, v, block_idx, block_size, scale, tuning):
-        o, lse = selection_forward_triton(
-            q, k, v, block_idx, block_size, scale, return_lse=True, tuning=tuning
-        )
+        tuning = resolve(tuning)
+        dims = _checks.check_forward_args(q, k, v, block_idx, block_size, scale)
+        o, lse = checked_forward(q, k, v, block_idx, block_size, dims, tuning)
         ctx.save_for_backward(q, k, v, block_idx, o, lse)
         ctx.block_size = block_size
-        ctx.scale = scale
+        ctx.dims = dims
         ctx.tuning = tuning
         return o
 
@@ -31,10 +37,16 @@ class SelectionAttention(torch.autograd.Function):
                 "(second-order gradients); its Triton backward is not differentiable"
             )
         q, k, v, block_idx, o, lse = ctx.saved_tensors
-        dq, dk, dv = selection_backward_triton(
-            q, k, v, block_idx, ctx.block_size, do.contiguous(), o, lse, ctx.scale,
-            tuning=ctx.tuning,
-        )  # fmt: skip
+        # Autograd hands over a gradient with o's shape, dtype and device; its layout may
+        # differ (an expanded do).
+        if do.shape != o.shape or do.dtype != o.dtype or do.device != o.device:
+            raise ValueError(
+                f"do must match o: got {tuple(do.shape)} {do.dtype} on {do.device}, "
+                f"o is {tuple(o.shape)} {o.dtype} on {o.device}"
+            )
+        dq, dk, dv = checked_backward(
+            q, k, v, block_idx, ctx.block_size, do.contiguous(), o, lse, ctx.dims, ctx.tuning
+        )
         return dq, dk, dv, None, None, None, None
 
 

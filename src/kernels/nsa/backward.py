@@ -499,6 +499,13 @@ def selection_backward_triton(
     dims = _checks.check_backward_args(q, k, v, block_idx, block_size, do, o, lse, scale)
     if lse is None:  # the forward's checks are a subset of the ones just made
         _, lse = checked_forward(q, k, v, block_idx, block_size, dims, tuning)
+    return checked_backward(q, k, v, block_idx, block_size, do, o, lse, dims, tuning)
+
+
+def checked_backward(q, k, v, block_idx, block_size, do, o, lse, dims, tuning):
+    """(dq, dk, dv) of `selection_backward_triton` for inputs already checked, lse given:
+    dims their `_checks.Dims`, tuning a resolved `NsaTuning` (the autograd backward, whose
+    tensors the forward checked)."""
     qk_scale = dims.scale * LOG2E
     # Every launch below is determined by this key (`_runtime.launch`; as the forward's).
     key = _runtime.launch_key(
