@@ -408,6 +408,60 @@ def test_projected_form_vs_reference(mode, project, cpu_dtype, device):
         run_and_check(mode, 3, T, 1, 2, 32, 16, cpu_dtype, device, lb, pad=1, seed=19, tuning=tn)
 
 
+@pytest.mark.parametrize(
+    "mode,project", [("fused", False), ("fused+ring", False), ("fused+ring", True)]
+)
+def test_floor_probe_keeps_the_bytes_and_the_steps(mode, project, device):
+    """The floor probe (`VerifyTuning.floor_probe`: the fused launch with its per-step input
+    arithmetic replaced by copies), against its own definition: g = a, beta = b and q, k,
+    v the raw inputs of each step; o and the snapshots from the reference's delta step on
+    those (per-step form) or o_t = S0 q_t (projected form: zero cross terms, and q, k as
+    their own coefficients); the ring holds the raw inputs; the windows are the real
+    call's, bit for bit; padded and unused lines untouched (NaN-poisoned)."""
+    B, T, H, HV, K, V = 3, 4, 1, 2, 32, 16
+    inp = make_inputs(B, T, H, HV, K, V, torch.float32, device, seed=31, pad=1)
+    probe = kt.KdaTuning(
+        verify=replace(kt.DEFAULT.verify, floor_probe=True, block_v=16, project=project)
+    )
+    o = make_runner(mode, inp, B, T, H, HV, K, V, -5.0, probe)()
+    ref = reference(inp, T, H, HV, K, V, -5.0)
+    check_windows(inp, ref)
+    x = inp["mixed"].reshape(B, T, -1).float()
+    xq, xk = (x[..., i * H * K : (i + 1) * H * K].reshape(B, T, H, K) for i in (0, 1))
+    xv = x[..., 2 * H * K :].reshape(B, T, HV, V)
+    a = inp["a"].reshape(B, T, HV, K).float()
+    beta = inp["b"].reshape(B, T, HV).float()
+    o = o.reshape(B, T, HV, V)
+    valid = _valid(ref)
+    assert bool((o[[n for n in range(B) if n not in valid]] == 0).all()), "padded o rows"
+    for n in valid:
+        slot, line = int(inp["cache_indices"][n]), int(inp["inter_indices"][n])
+        S0 = S = inp["ssm"][slot]
+        for t in range(T):
+            q, k = (ref_mod._heads(z[n, t][None], H, HV)[0] for z in (xq, xk))
+            S, o_t = ref_mod.delta_step(S, q, k, xv[n, t], a[n, t], beta[n, t])
+            if project:
+                o_t = (S0 * q[:, None, :]).sum(-1)
+            assert rel_err(o[n, t], o_t) < 1e-5, f"o of sequence {n}, step {t}"
+            if mode == "fused":
+                assert rel_err(inp["inter_ssm"][line, t], S) < 1e-5, f"snapshot {n}, {t}"
+        if mode == "fused+ring":
+            got = {m: inp[m][slot][:, :T] for m in ("rawk", "rawv", "g", "beta")}
+            assert torch.equal(got["rawk"], xk[n].transpose(0, 1)), "ring rawk"
+            assert torch.equal(got["rawv"], xv[n].transpose(0, 1)), "ring rawv"
+            assert torch.equal(got["g"], a[n].transpose(0, 1)), "ring g"
+            assert torch.equal(got["beta"], beta[n].transpose(0, 1)), "ring beta"
+    slots = [int(inp["cache_indices"][n]) for n in valid]
+    lines = [int(inp["inter_indices"][n]) for n in valid]
+    if mode == "fused":
+        assert _unused_rows_poisoned(inp["inter_ssm"], lines), "snapshots of unused lines"
+    else:
+        assert bool(inp["inter_ssm"].isnan().all()), "snapshots written in ring mode"
+        for m in ("rawk", "rawv", "g", "beta"):
+            assert _unused_rows_poisoned(inp[m], slots), f"ring {m}: unused slots"
+            assert bool(inp[m][slots][:, :, T:].isnan().all()), f"ring {m}: positions >= T"
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("norm_row", [False, True])
 def test_norm_row_vs_reference(mode, norm_row, cpu_dtype, device):

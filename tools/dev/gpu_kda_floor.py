@@ -4,6 +4,8 @@ state (with the least arithmetic the math allows) runs in the verify's grid.
     PYTHONPATH=src python3 -m tools.dev.gpu_kda_floor --part ring|snap|small|persist|full|launch
         [--batch B ...] [--out DIR]
     PYTHONPATH=src python3 -m tools.dev.gpu_kda_floor --part ringio [--hv 8 16] [--batch 64]
+    PYTHONPATH=src python3 -m tools.dev.gpu_kda_floor --part schedule [--hv 8 16] [--batch 64]
+        [--rounds 3] [--out DIR]
     PYTHONPATH=src python3 -m tools.dev.gpu_kda_floor --part compile   (CPU: compile for sm_90)
     PYTHONPATH=src python3 -m tools.dev.gpu_kda_floor --part ringio --cpu-smoke   (CPU check)
 
@@ -30,6 +32,14 @@ rows [slots, HV, V, K]:
     twice: raw k and the q/k windows owned by one value head per q/k head (as the verify
     kernels do), and spread evenly over every program of the sequence. `--cpu-smoke`
     checks both under Triton's interpreter at a tiny shape.
+  * schedule: the floor of the shipped fused kernel's own schedule. Its floor probe
+    (`VerifyTuning.floor_probe`) is the same launch, tile and grid with the per-step input
+    arithmetic (conv, SiLU, gates, norms, the projected form's coefficients) replaced by
+    copies, so it moves every byte of the mode and keeps every product with the state (the
+    whole delta step in the snapshot mode; the 2T row sums of the projected ring mode). Per
+    (HV, B), safe gate: fused and fused+ring, each beside its probe, and the unfused pair,
+    seed-style and cold on the same sets, --rounds interleaved rounds (median per entry);
+    the probe's o and saves are checked against its definition first.
 Sweeps tiles (BLOCK_V, SUB_V, warps, stages of the sub-tile loop, key chunk) at B = 16 and
 64 (`ring`, `snap`) or B = 1 and 16 (`small`), timed like `gpu_check_kda` (cold: a CUDA
 graph over input sets that do not fit in L2; median of 5), beside the shipped kernels
@@ -38,6 +48,7 @@ the best floor per (part, B); writes DIR/kda_floor_<part>.json when --out is giv
 """
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -54,6 +65,7 @@ import triton
 import triton.language as tl
 
 from kernels.kda import causal_conv1d_update, fused_sigmoid_gating_delta_rule_update
+from kernels.kda import tuning as kt
 from kernels.kda.step import _key_sum, _key_vec, _tile_ptrs
 
 H, K, V, T, HV = chk.H, chk.K, chk.V, chk.T, 8
@@ -485,6 +497,91 @@ def ring_bytes_part(batches, heads):
     return rows
 
 
+def probe_errors(s, B, hv, ring, project):
+    """Relative errors of a floor-probe call's o and saves on set s against its definition
+    (g = a, beta = b, q, k and v the raw inputs; the delta step per step, or o_t = S0 q_t
+    in the projected form; the ring holds the raw inputs)."""
+    x = s["mixed"].float().view(B, T, -1)
+    rep_h = lambda z: z.view(B, T, H, K).repeat_interleave(hv // H, dim=2)  # noqa: E731
+    q, k = rep_h(x[..., : H * K]), rep_h(x[..., H * K : 2 * H * K])
+    v = x[..., 2 * H * K :].view(B, T, hv, V)
+    a, beta = s["a"].float().view(B, T, hv, K), s["b"].float().view(B, T, hv)
+    S0 = S = s["ssm"][s["cache_indices"].long()]
+    o = s["o_probe"].float().view(B, T, hv, V)
+    errs = {}
+    for t in range(T):
+        S = S * a[:, t].exp()[:, :, None, :]
+        u = beta[:, t, :, None] * (v[:, t] - torch.einsum("bhvk,bhk->bhv", S, k[:, t]))
+        S = S + u[..., None] * k[:, t, :, None, :]
+        want = torch.einsum("bhvk,bhk->bhv", S0 if project else S, q[:, t])
+        errs["o"] = max(errs.get("o", 0.0), chk.rel(o[:, t], want))
+        if not ring:
+            got = s["inter_ssm"][s["inter_indices"].long(), t]
+            errs["snapshots"] = max(errs.get("snapshots", 0.0), chk.rel(got, S))
+    if ring:
+        slots = s["cache_indices"].long()
+        errs["ring"] = max(
+            chk.rel(s["rawv"][slots, :, :T], v.transpose(1, 2)),
+            chk.rel(s["g"][slots, :, :T], a.transpose(1, 2)),
+        )
+    return errs
+
+
+def schedule_part(batches, heads, rounds):
+    """The shipped fused kernel beside its floor probe and the unfused pair, per (HV, B);
+    returns the rows (see the module's docstring, `schedule`)."""
+    rows = []
+    lb = -5.0
+    for hv in heads:
+        for B in batches:
+            tn = chk.BASE
+            probe = dataclasses.replace(tn, verify=dataclasses.replace(tn.verify, floor_probe=True))
+            project = kt.project_flag(tn.verify, True, False, kt.table_batch(tn.verify, B, hv))
+            errs = {}
+            for mode in (chk.cases.FUSED, chk.cases.FUSED_RING):
+                s = chk.make_set(B, hv, 5)
+                out = chk.runner(mode, s, B, hv, lb, probe)()
+                chk.sync()
+                s["o_probe"] = out
+                ring = mode == chk.cases.FUSED_RING
+                errs[mode] = probe_errors(s, B, hv, ring, project and ring)
+            print(json.dumps({"HV": hv, "B": B, "probe_errors": errs}), flush=True)
+            sets = chk.cold_sets(B, hv, 300)
+            entries = {
+                "fused": (chk.cases.FUSED, None),
+                "fused probe": (chk.cases.FUSED, probe),
+                "fused+ring": (chk.cases.FUSED_RING, None),
+                "fused+ring probe": (chk.cases.FUSED_RING, probe),
+                "unfused": (chk.cases.UNFUSED, None),
+                "unfused+ring": (chk.cases.UNFUSED_RING, None),
+            }
+            got = {n: {"seed": [], "cold": []} for n in entries}
+            for _r in range(rounds):
+                for name, (mode, tuning) in entries.items():
+                    seed, cold = chk.time_mode(mode, sets, B, hv, lb, 40, tuning)
+                    got[name]["seed"].append(round(seed, 3))
+                    got[name]["cold"].append(round(cold, 3))
+            med = {n: {k: statistics.median(v) for k, v in d.items()} for n, d in got.items()}
+            row = {"HV": hv, "B": B, "rounds": got, "median": med, "probe_errors": errs}
+            for mode in ("fused", "fused+ring"):
+                for k in ("seed", "cold"):
+                    row[f"{mode} / probe {k}"] = round(med[mode][k] / med[f"{mode} probe"][k], 4)
+            rows.append(row)
+            print(
+                f"HV={hv} B={B} cold (seed-style) us: "
+                + ", ".join(f"{n} {m['cold']:.2f} ({m['seed']:.2f})" for n, m in med.items())
+                + "; "
+                + "; ".join(
+                    f"{m} / probe {row[f'{m} / probe cold']:.3f} cold, "
+                    f"{row[f'{m} / probe seed']:.3f} seed"
+                    for m in ("fused", "fused+ring")
+                ),
+                flush=True,
+            )
+            del sets
+    return rows
+
+
 def unfused_parts(s, B):
     """The unfused pair's two kernels, each alone (conv; recurrent on the raw inputs)."""
     dim = 2 * H * K + HV * V
@@ -573,16 +670,33 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument(
         "--part",
-        choices=("ring", "snap", "small", "persist", "full", "launch", "ringio", "compile"),
+        choices=(
+            "ring",
+            "snap",
+            "small",
+            "persist",
+            "full",
+            "launch",
+            "ringio",
+            "schedule",
+            "compile",
+        ),
         required=True,
     )
     ap.add_argument("--batch", type=int, nargs="+", default=None)
     ap.add_argument("--hv", type=int, nargs="+", default=[8, 16], help="ringio: value heads")
+    ap.add_argument("--rounds", type=int, default=3, help="schedule: interleaved rounds")
     ap.add_argument("--out", default=None)
     ap.add_argument("--cpu-smoke", action="store_true", help="ringio: interpreter check")
     args = ap.parse_args()
     if args.part == "compile":
         print(json.dumps(compile_sm90()))
+        return
+    if args.part == "schedule":
+        rows = schedule_part(args.batch or (64,), args.hv, args.rounds)
+        if args.out:
+            with open(os.path.join(args.out, "kda_floor_schedule.json"), "w") as f:
+                json.dump(rows, f, indent=1)
         return
     if args.part == "ringio":
         if args.cpu_smoke:

@@ -76,16 +76,54 @@ def _load_v_rows(p_x, s_m_n, conv_w, s_cw_c, s_cw_w, conv_b, p_cs, s_cs_c, s_cs_
 
 
 @triton.jit
+def _step_conv(b_xx, b_w, b_b, t: tl.constexpr, W: tl.constexpr, FLOOR: tl.constexpr):
+    """fp32 conv output of step t (`_conv_out` with SiLU); with FLOOR (the floor probe,
+    `tuning.VerifyTuning.floor_probe`) the step's raw input x_t instead."""
+    if FLOOR:
+        b_y = b_xx[t + W - 1].to(tl.float32)
+    else:
+        b_y = _conv_out(b_xx, b_w, b_b, t, W, True)
+    return b_y
+
+
+@triton.jit
+def _floor_step_inputs(b_q, b_k, b_a, b_b, T: tl.constexpr, PROJECT: tl.constexpr):
+    """`_step_inputs`' tuples for the floor probe: g, beta, q and k are the raw input rows
+    (no gate, no norm) and the projected form's coefficients are q and k themselves with
+    zero cross terms, so no key-side arithmetic is left."""
+    b_g = ()
+    b_beta = ()
+    b_qn = ()
+    b_kn = ()
+    for t in tl.static_range(T):
+        b_g = b_g + (b_a[t].to(tl.float32),)
+        b_beta = b_beta + (b_b[t].to(tl.float32),)
+        b_qn = b_qn + (b_q[t].to(tl.float32),)
+        b_kn = b_kn + (b_k[t].to(tl.float32),)
+    b_pj = ()
+    if PROJECT:
+        b_A = ()
+        b_B = ()
+        for t in tl.static_range(T):
+            b_B = b_B + (0.0,)
+            for _jj in tl.static_range(t):
+                b_A = b_A + (0.0,)
+                b_B = b_B + (0.0,)
+        b_pj = (b_qn, b_kn, b_A, b_B)
+    return b_g, b_beta, b_qn, b_kn, b_pj
+
+
+@triton.jit
 def _value_steps(b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_g, b_beta, b_pj, valid, p_win, s_win_c,
                  s_win_t, s_win_w, c_v, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
                  o_sv, T: tl.constexpr, W: tl.constexpr, K: tl.constexpr, KC: tl.constexpr,
                  SNAPSHOT: tl.constexpr, SNAP_CM: tl.constexpr,
-                 RING: tl.constexpr, PROJECT: tl.constexpr):  # fmt: skip
+                 RING: tl.constexpr, PROJECT: tl.constexpr, FLOOR: tl.constexpr):  # fmt: skip
     """One group of value rows: their conv outputs (rounded like the unfused kernel's) and
     windows, then the T delta steps with o and the saves."""
     b_v = ()
     for t in tl.static_range(T):
-        b_v = b_v + (_conv_out(b_xv, b_wv, b_bv, t, W, True).to(p_o.dtype.element_ty),)
+        b_v = b_v + (_step_conv(b_xv, b_wv, b_bv, t, W, FLOOR).to(p_o.dtype.element_ty),)
     m_sv = valid & (o_sv >= 0)
     _store_windows(p_win + c_v * s_win_c, s_win_t, s_win_w, b_xv, T, W, m_sv)
     _verify_steps(
@@ -170,6 +208,7 @@ def _fused_verify_kernel(
     SNAP_CM: tl.constexpr,
     RING: tl.constexpr,
     PROJECT: tl.constexpr,
+    FLOOR: tl.constexpr,
 ):
     i_n = tl.program_id(0)
     i_hv = tl.program_id(1)
@@ -217,8 +256,8 @@ def _fused_verify_kernel(
     b_q = ()
     b_k = ()
     for t in tl.static_range(T):
-        b_q = b_q + (_conv_out(b_xq, b_wq, b_bq, t, W, True).to(DT),)
-        b_k = b_k + (_conv_out(b_xk, b_wk, b_bk, t, W, True).to(DT),)
+        b_q = b_q + (_step_conv(b_xq, b_wq, b_bq, t, W, FLOOR).to(DT),)
+        b_k = b_k + (_step_conv(b_xk, b_wk, b_bk, t, W, FLOOR).to(DT),)
 
     # 4. The value rows. The first sub-tile's loads go out before anything is stored (a
     # store would keep them behind it: the pointers might alias), so its state rows arrive
@@ -242,10 +281,13 @@ def _fused_verify_kernel(
     )  # fmt: skip
     _store_windows(p_win + c_q * s_win_c, s_win_t, s_win_w, b_xq, T, W, m_k & own_k)
     _store_windows(p_win + c_k * s_win_c, s_win_t, s_win_w, b_xk, T, W, m_k & own_k)
-    b_g, b_beta, b_qs, b_ks, b_pj = _step_inputs(
-        b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, PROJECT,
-        NORM_ROW,
-    )  # fmt: skip
+    if FLOOR:
+        b_g, b_beta, b_qs, b_ks, b_pj = _floor_step_inputs(b_q, b_k, b_a, b_b, T, PROJECT)
+    else:
+        b_g, b_beta, b_qs, b_ks, b_pj = _step_inputs(
+            b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, PROJECT,
+            NORM_ROW,
+        )  # fmt: skip
     if RING:
         _store_ring_shared(
             p_rawk, s_rawk_r, p_g, s_g_r, p_beta, s_beta_r, b_k, b_g, b_beta, o_k,
@@ -254,7 +296,7 @@ def _fused_verify_kernel(
     _value_steps(
         b_xv0, b_wv0, b_bv0, b_S0, b_qs, b_ks, b_g, b_beta, b_pj, valid, p_win, s_win_c,
         s_win_t, s_win_w, c_v0 + o_sv0, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv,
-        s_rawv_r, o_sv0, T, W, K, KC, SNAPSHOT, SNAP_CM, RING, PROJECT,
+        s_rawv_r, o_sv0, T, W, K, KC, SNAPSHOT, SNAP_CM, RING, PROJECT, FLOOR,
     )  # fmt: skip
     for i_s in tl.range(1, BLOCK_V // SUB_V, num_stages=STAGES):
         o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
@@ -265,7 +307,7 @@ def _fused_verify_kernel(
         _value_steps(
             b_xv, b_wv, b_bv, b_S, b_qs, b_ks, b_g, b_beta, b_pj, valid, p_win, s_win_c, s_win_t,
             s_win_w, c_v0 + o_sv, p_o, s_o_n, p_snap, s_snap_t, s_snap_v, p_rawv, s_rawv_r,
-            o_sv, T, W, K, KC, SNAPSHOT, SNAP_CM, RING, PROJECT,
+            o_sv, T, W, K, KC, SNAPSHOT, SNAP_CM, RING, PROJECT, FLOOR,
         )  # fmt: skip
 
 
@@ -438,6 +480,7 @@ def fused_kda_conv_gating_verify(
         SNAP_CM=snap_cm,
         RING=bool(cache_ring),
         PROJECT=project,
+        FLOOR=bool(tn.floor_probe),
         num_warps=num_warps,
         **maxnreg,
     )  # fmt: skip

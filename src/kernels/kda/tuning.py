@@ -114,6 +114,14 @@ class VerifyTuning(RecurrenceTuning):
     # its tile follows. (The recurrent kernel reads its tables at the batch: read by
     # program count, its snapshot mode's rows run slower at twice the heads.)
     table_heads: int | None = 8
+    # A measuring probe, not a tuning: True launches this same kernel, tile and grid with the
+    # per-step input arithmetic replaced by copies (every conv output is its step's raw
+    # input; g, beta, q and k are the raw a, b, q and k rows; the projected form's
+    # coefficients are plain q and k with zero cross terms). Every byte the mode reads and
+    # writes and every product with the state stay, so the call times the floor of this
+    # schedule: what the mode would cost if the conv, the gates and the norms were free.
+    # Its outputs are not KDA's (`tools/dev/gpu_kda_floor.py --part schedule`).
+    floor_probe: bool = False
 
 
 @dataclass(frozen=True)
