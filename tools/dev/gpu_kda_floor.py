@@ -39,7 +39,8 @@ rows [slots, HV, V, K]:
     whole delta step in the snapshot mode; the 2T row sums of the projected ring mode). Per
     (HV, B), safe gate: fused and fused+ring, each beside its probe, and the unfused pair,
     seed-style and cold on the same sets, --rounds interleaved rounds (median per entry);
-    the probe's o and saves are checked against its definition first.
+    the probe's o and saves are checked against its definition first. With --tiles, the
+    snapshot mode alone, kernel and probe at each forced tile beside the table's.
 Sweeps tiles (BLOCK_V, SUB_V, warps, stages of the sub-tile loop, key chunk) at B = 16 and
 64 (`ring`, `snap`) or B = 1 and 16 (`small`), timed like `gpu_check_kda` (cold: a CUDA
 graph over input sets that do not fit in L2; median of 5), beside the shipped kernels
@@ -527,34 +528,61 @@ def probe_errors(s, B, hv, ring, project):
     return errs
 
 
-def schedule_part(batches, heads, rounds):
+def forced_tile(tn, tile):
+    """`tn` (a KdaTuning) with the fused kernel's tile forced: "BLOCK_V/SUB_V/warps/stages"
+    with an optional "/KC" key chunk."""
+    bv, sub, warps, stages, *kc = (int(x) for x in tile.split("/"))
+    verify = dataclasses.replace(
+        tn.verify, block_v=bv, sub_v=sub, num_warps=warps, stages=stages,
+        key_chunk=kc[0] if kc else K,
+    )  # fmt: skip
+    return dataclasses.replace(tn, verify=verify)
+
+
+def with_probe(tn):
+    return dataclasses.replace(tn, verify=dataclasses.replace(tn.verify, floor_probe=True))
+
+
+def schedule_part(batches, heads, rounds, tiles=()):
     """The shipped fused kernel beside its floor probe and the unfused pair, per (HV, B);
-    returns the rows (see the module's docstring, `schedule`)."""
+    with `tiles`, the snapshot mode alone at each forced tile, kernel and probe; returns
+    the rows (see the module's docstring, `schedule`)."""
     rows = []
     lb = -5.0
     for hv in heads:
         for B in batches:
             tn = chk.BASE
-            probe = dataclasses.replace(tn, verify=dataclasses.replace(tn.verify, floor_probe=True))
             project = kt.project_flag(tn.verify, True, False, kt.table_batch(tn.verify, B, hv))
+            checks = [(chk.cases.FUSED, "table", tn)]
+            if tiles:
+                checks += [(chk.cases.FUSED, t, forced_tile(tn, t)) for t in tiles]
+            else:
+                checks.append((chk.cases.FUSED_RING, "table", tn))
             errs = {}
-            for mode in (chk.cases.FUSED, chk.cases.FUSED_RING):
+            for mode, tile, tuning in checks:
                 s = chk.make_set(B, hv, 5)
-                out = chk.runner(mode, s, B, hv, lb, probe)()
+                s["o_probe"] = chk.runner(mode, s, B, hv, lb, with_probe(tuning))()
                 chk.sync()
-                s["o_probe"] = out
                 ring = mode == chk.cases.FUSED_RING
-                errs[mode] = probe_errors(s, B, hv, ring, project and ring)
+                errs[f"{mode} {tile}"] = probe_errors(s, B, hv, ring, project and ring)
             print(json.dumps({"HV": hv, "B": B, "probe_errors": errs}), flush=True)
             sets = chk.cold_sets(B, hv, 300)
             entries = {
                 "fused": (chk.cases.FUSED, None),
-                "fused probe": (chk.cases.FUSED, probe),
-                "fused+ring": (chk.cases.FUSED_RING, None),
-                "fused+ring probe": (chk.cases.FUSED_RING, probe),
-                "unfused": (chk.cases.UNFUSED, None),
-                "unfused+ring": (chk.cases.UNFUSED_RING, None),
+                "fused probe": (chk.cases.FUSED, with_probe(tn)),
             }
+            if tiles:
+                for t in tiles:
+                    entries[f"fused {t}"] = (chk.cases.FUSED, forced_tile(tn, t))
+                    entries[f"fused {t} probe"] = (chk.cases.FUSED, with_probe(forced_tile(tn, t)))
+                entries["unfused"] = (chk.cases.UNFUSED, None)
+            else:
+                entries.update({
+                    "fused+ring": (chk.cases.FUSED_RING, None),
+                    "fused+ring probe": (chk.cases.FUSED_RING, with_probe(tn)),
+                    "unfused": (chk.cases.UNFUSED, None),
+                    "unfused+ring": (chk.cases.UNFUSED_RING, None),
+                })  # fmt: skip
             got = {n: {"seed": [], "cold": []} for n in entries}
             for _r in range(rounds):
                 for name, (mode, tuning) in entries.items():
@@ -563,7 +591,8 @@ def schedule_part(batches, heads, rounds):
                     got[name]["cold"].append(round(cold, 3))
             med = {n: {k: statistics.median(v) for k, v in d.items()} for n, d in got.items()}
             row = {"HV": hv, "B": B, "rounds": got, "median": med, "probe_errors": errs}
-            for mode in ("fused", "fused+ring"):
+            kernels = [n for n in entries if f"{n} probe" in entries]
+            for mode in kernels:
                 for k in ("seed", "cold"):
                     row[f"{mode} / probe {k}"] = round(med[mode][k] / med[f"{mode} probe"][k], 4)
             rows.append(row)
@@ -574,7 +603,7 @@ def schedule_part(batches, heads, rounds):
                 + "; ".join(
                     f"{m} / probe {row[f'{m} / probe cold']:.3f} cold, "
                     f"{row[f'{m} / probe seed']:.3f} seed"
-                    for m in ("fused", "fused+ring")
+                    for m in kernels
                 ),
                 flush=True,
             )
@@ -686,6 +715,12 @@ def main():
     ap.add_argument("--batch", type=int, nargs="+", default=None)
     ap.add_argument("--hv", type=int, nargs="+", default=[8, 16], help="ringio: value heads")
     ap.add_argument("--rounds", type=int, default=3, help="schedule: interleaved rounds")
+    ap.add_argument(
+        "--tiles",
+        nargs="*",
+        default=(),
+        help="schedule: fused tiles, BLOCK_V/SUB_V/warps/stages[/KC]",
+    )
     ap.add_argument("--out", default=None)
     ap.add_argument("--cpu-smoke", action="store_true", help="ringio: interpreter check")
     args = ap.parse_args()
@@ -693,7 +728,7 @@ def main():
         print(json.dumps(compile_sm90()))
         return
     if args.part == "schedule":
-        rows = schedule_part(args.batch or (64,), args.hv, args.rounds)
+        rows = schedule_part(args.batch or (64,), args.hv, args.rounds, args.tiles)
         if args.out:
             with open(os.path.join(args.out, "kda_floor_schedule.json"), "w") as f:
                 json.dump(rows, f, indent=1)
