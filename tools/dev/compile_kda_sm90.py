@@ -2,11 +2,12 @@
 
     .venv/bin/python -m tools.dev.compile_kda_sm90 [--modes fused ...] [--block-v 4 16]
         [--warps 1 4] [--sub-v 0 32] [--stages 1 2] [--key-chunk 16]
-        [--maxnreg 168] [--project auto] [--norm-row auto] [--sass]
+        [--maxnreg 168] [--project auto] [--norm-row auto] [--floor-probe] [--sass]
         (sub-v 0: the whole BLOCK_V in one piece; key-chunk: the key chunk width of the
         state tiles; maxnreg: the register cap of both recurrence kernels; project: both
         kernels' projected form,
-        auto = the table's; norm-row: the q/k norms summed as rows, auto = the table's; sass:
+        auto = the table's; norm-row: the q/k norms summed as rows, auto = the table's;
+        floor-probe: the fused kernel's `VerifyTuning.floor_probe` form; sass:
         also count the SASS instructions, barriers, lane shuffles and special-function ops of
         each kernel; every choice is passed as the wrappers' `tuning=`)
 
@@ -130,6 +131,9 @@ def main():
     ap.add_argument("--project", default="auto", choices=["auto", "on", "off"])
     ap.add_argument("--sass", action="store_true", help="also count SASS, BAR, SHFL, MUFU")
     ap.add_argument("--norm-row", default="auto", choices=["auto", "on", "off"])
+    ap.add_argument(
+        "--floor-probe", action="store_true", help="the fused kernel's floor probe (tuning)"
+    )
     args = ap.parse_args()
 
     triton.runtime.driver.set_active(_Sm90Driver())
@@ -174,7 +178,7 @@ def main():
         for bv, sub, st, nw in tiles:
             fields = dict(base, block_v=bv, sub_v=sub or None, stages=st, num_warps=nw)
             tuning = kt.KdaTuning(
-                verify=replace(kt.DEFAULT.verify, **fields),
+                verify=replace(kt.DEFAULT.verify, **fields, floor_probe=args.floor_probe),
                 recurrent=replace(kt.DEFAULT.recurrent, **fields),
             )
             compiled.clear()
