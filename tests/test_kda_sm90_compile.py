@@ -166,3 +166,29 @@ def test_ring_traffic_floor_writes_what_the_ring_modes_write():
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "ringio smoke: 6 of 6 tiles ok" in r.stdout
+
+
+def test_floor_probe_compiles_for_sm90():
+    """The fused kernel's floor probe (`VerifyTuning.floor_probe`) compiles for sm_90 at the
+    B = 64 tiles of both modes, and carries fewer instructions than the kernel (its input
+    arithmetic is gone): the snapshot tile without spills; the ring tile at the register
+    limit (its stack is what docs/perf/kda.md v17 reports, not bounded here)."""
+    snap = ["--modes", "fused", "--block-v", "32", "--warps", "4", "--key-chunk", "128",
+            "--norm-row", "off", "--safe-gate", "--sass"]  # fmt: skip
+    ring = ["--modes", "fused+ring", "--block-v", "128", "--sub-v", "32", "--warps", "2",
+            "--stages", "2", "--key-chunk", "32", "--project", "on", "--norm-row", "off",
+            "--safe-gate", "--sass"]  # fmt: skip
+
+    def sass(args):
+        r = _run(*args)
+        assert "0 compile errors," in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+        (row,) = [ln for ln in r.stdout.splitlines() if "_fused_verify_kernel" in ln]
+        return r, row.split(), int(row.split("SASS=")[1].split()[0])
+
+    for args in (snap, ring):
+        _, _, kernel = sass(args)
+        r, row, probe = sass([*args, "--floor-probe"])
+        assert probe < kernel, (probe, kernel)
+        assert int(row[7]) <= 255, row
+        if args is snap:
+            assert "0 kernels with spills" in r.stdout, r.stdout
