@@ -462,6 +462,13 @@ def test_floor_probe_keeps_the_bytes_and_the_steps(mode, project, device):
             assert bool(inp[m][slots][:, :, T:].isnan().all()), f"ring {m}: positions >= T"
 
 
+def test_floor_probe_must_be_a_bool(device):
+    inp = make_inputs(1, 2, 1, 2, 16, 16, torch.float32, device, seed=3)
+    probe = kt.KdaTuning(verify=replace(kt.DEFAULT.verify, floor_probe=1))
+    with pytest.raises(ValueError, match="floor_probe"):
+        make_runner("fused", inp, 1, 2, 1, 2, 16, 16, None, probe)()
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("norm_row", [False, True])
 def test_norm_row_vs_reference(mode, norm_row, cpu_dtype, device):

@@ -456,6 +456,9 @@ def fused_kda_conv_gating_verify(
     project = _tuning.project_flag(tn, ring_mode, False, Bt)
     norm_row = _tuning.norm_row_flag(tn, ring_mode, Bt)
     snap_cm = _tuning.snapshot_cache_modifier(tn)
+    floor = tn.floor_probe
+    if not isinstance(floor, bool):
+        raise ValueError(f"floor_probe must be a bool, got {floor!r}")
     maxnreg = _tuning.maxnreg_kwargs(tn)
     n_lines = window.shape[0]
     if intermediate_states_buffer is not None:
@@ -480,7 +483,7 @@ def fused_kda_conv_gating_verify(
         SNAP_CM=snap_cm,
         RING=bool(cache_ring),
         PROJECT=project,
-        FLOOR=bool(tn.floor_probe),
+        FLOOR=floor,
         num_warps=num_warps,
         **maxnreg,
     )  # fmt: skip
