@@ -1,0 +1,51 @@
+"""tools/dev/nsa_host_ab: the host A/B table from per-process host.json folders."""
+
+import json
+
+import pytest
+
+from tools.dev import nsa_host_ab
+
+
+def _write(root, name, rows):
+    d = root / name
+    d.mkdir()
+    (d / "host.json").write_text(json.dumps(rows))
+
+
+def _row(T, pattern, call, host):
+    return dict(T=T, pattern=pattern, call=call, ops=3, host_us=host, eager_us=1.0, graph_us=1.0)
+
+
+def test_table_lists_every_process_the_fastest_and_the_bars(tmp_path, capsys):
+    # Two processes a side, written out of round order; a split row (no T-less rows break
+    # it) and a folder of another side that is not asked for.
+    _write(tmp_path, "new_2", [_row(1024, "random", "forward", 70.0),
+                               _row(1024, "random", "backward", 160.0)])  # fmt: skip
+    _write(tmp_path, "new_1", [_row(1024, "random", "forward", 90.0),
+                               _row(1024, "random", "backward", 140.0),
+                               dict(T=1024, pattern="random", call="autograd_split",
+                                    forward_wrapper_us=5.0)])  # fmt: skip
+    _write(tmp_path, "old_1", [_row(1024, "random", "forward", 75.0),
+                               _row(1024, "random", "backward", 120.0)])  # fmt: skip
+    _write(tmp_path, "old_2", [_row(1024, "random", "forward", 78.0),
+                               _row(1024, "random", "backward", 130.0)])  # fmt: skip
+    _write(tmp_path, "mid_1", [_row(1024, "random", "forward", 1.0)])
+    nsa_host_ab.main([str(tmp_path)])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "new: 2 processes, old: 2 processes"
+    rows = {line.split(" | ")[2]: line.strip("| ").split(" | ") for line in out[3:]}
+    assert set(rows) == {"backward", "forward"}
+    # Round order, fastest, median, and the fastest processes' ratio.
+    assert rows["forward"][3:6] == ["90.0, 70.0", "70.0", "80.0"]
+    assert rows["forward"][6:9] == ["75.0, 78.0", "75.0 (bar met)", "76.5"]
+    assert rows["forward"][9] == f"{70 / 75:.2f}"
+    # A side meets a bar only when every process is under it.
+    assert rows["backward"][4] == "140.0"
+    assert rows["backward"][7] == "120.0 (bar met)"
+
+
+def test_a_missing_side_is_an_error(tmp_path):
+    _write(tmp_path, "new_1", [_row(1024, "random", "forward", 70.0)])
+    with pytest.raises(SystemExit, match="old"):
+        nsa_host_ab.main([str(tmp_path)])
