@@ -40,7 +40,8 @@ rows [slots, HV, V, K]:
     (HV, B), safe gate: fused and fused+ring, each beside its probe, and the unfused pair,
     seed-style and cold on the same sets, --rounds interleaved rounds (median per entry);
     the probe's o and saves are checked against its definition first. With --tiles, the
-    snapshot mode alone, kernel and probe at each forced tile beside the table's.
+    snapshot mode alone, kernel and probe at each forced tile beside the table's (tiles
+    written as `gpu_kda_snapshot_tiles` takes them: 32/32/2/1/plain, 64/32/4/2/64).
 Sweeps tiles (BLOCK_V, SUB_V, warps, stages of the sub-tile loop, key chunk) at B = 16 and
 64 (`ring`, `snap`) or B = 1 and 16 (`small`), timed like `gpu_check_kda` (cold: a CUDA
 graph over input sets that do not fit in L2; median of 5), beside the shipped kernels
@@ -68,6 +69,7 @@ import triton.language as tl
 from kernels.kda import causal_conv1d_update, fused_sigmoid_gating_delta_rule_update
 from kernels.kda import tuning as kt
 from kernels.kda.step import _key_sum, _key_vec, _tile_ptrs
+from tools.dev import gpu_kda_snapshot_tiles as snap_tiles
 
 H, K, V, T, HV = chk.H, chk.K, chk.V, chk.T, 8
 
@@ -528,15 +530,10 @@ def probe_errors(s, B, hv, ring, project):
     return errs
 
 
-def forced_tile(tn, tile):
-    """`tn` (a KdaTuning) with the fused kernel's tile forced: "BLOCK_V/SUB_V/warps/stages"
-    with an optional "/KC" key chunk."""
-    bv, sub, warps, stages, *kc = (int(x) for x in tile.split("/"))
-    verify = dataclasses.replace(
-        tn.verify, block_v=bv, sub_v=sub, num_warps=warps, stages=stages,
-        key_chunk=kc[0] if kc else K,
-    )  # fmt: skip
-    return dataclasses.replace(tn, verify=verify)
+def forced_tile(tile):
+    """The default tuning with the fused kernel's tile forced, written as
+    `gpu_kda_snapshot_tiles` takes it (BLOCK_V/SUB_V/warps/stages/key chunk or "plain")."""
+    return snap_tiles.forced(*snap_tiles.parse_tile(tile))
 
 
 def with_probe(tn):
@@ -555,7 +552,7 @@ def schedule_part(batches, heads, rounds, tiles=()):
             project = kt.project_flag(tn.verify, True, False, kt.table_batch(tn.verify, B, hv))
             checks = [(chk.cases.FUSED, "table", tn)]
             if tiles:
-                checks += [(chk.cases.FUSED, t, forced_tile(tn, t)) for t in tiles]
+                checks += [(chk.cases.FUSED, t, forced_tile(t)) for t in tiles]
             else:
                 checks.append((chk.cases.FUSED_RING, "table", tn))
             errs = {}
@@ -573,8 +570,8 @@ def schedule_part(batches, heads, rounds, tiles=()):
             }
             if tiles:
                 for t in tiles:
-                    entries[f"fused {t}"] = (chk.cases.FUSED, forced_tile(tn, t))
-                    entries[f"fused {t} probe"] = (chk.cases.FUSED, with_probe(forced_tile(tn, t)))
+                    entries[f"fused {t}"] = (chk.cases.FUSED, forced_tile(t))
+                    entries[f"fused {t} probe"] = (chk.cases.FUSED, with_probe(forced_tile(t)))
                 entries["unfused"] = (chk.cases.UNFUSED, None)
             else:
                 entries.update({
@@ -719,7 +716,7 @@ def main():
         "--tiles",
         nargs="*",
         default=(),
-        help="schedule: fused tiles, BLOCK_V/SUB_V/warps/stages[/KC]",
+        help="schedule: fused tiles, BLOCK_V/SUB_V/warps/stages/KC or plain",
     )
     ap.add_argument("--out", default=None)
     ap.add_argument("--cpu-smoke", action="store_true", help="ringio: interpreter check")
