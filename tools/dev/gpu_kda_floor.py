@@ -5,7 +5,7 @@ state (with the least arithmetic the math allows) runs in the verify's grid.
         [--batch B ...] [--out DIR]
     PYTHONPATH=src python3 -m tools.dev.gpu_kda_floor --part ringio [--hv 8 16] [--batch 64]
     PYTHONPATH=src python3 -m tools.dev.gpu_kda_floor --part schedule [--hv 8 16] [--batch 64]
-        [--rounds 3] [--out DIR]
+        [--rounds 3] [--gate safe|std] [--tiles TILE ...] [--out DIR]
     PYTHONPATH=src python3 -m tools.dev.gpu_kda_floor --part compile   (CPU: compile for sm_90)
     PYTHONPATH=src python3 -m tools.dev.gpu_kda_floor --part ringio --cpu-smoke   (CPU check)
 
@@ -37,9 +37,9 @@ rows [slots, HV, V, K]:
     arithmetic (conv, SiLU, gates, norms, the projected form's coefficients) replaced by
     copies, so it moves every byte of the mode and keeps every product with the state (the
     whole delta step in the snapshot mode; the 2T row sums of the projected ring mode). Per
-    (HV, B), safe gate: fused and fused+ring, each beside its probe, and the unfused pair,
-    seed-style and cold on the same sets, --rounds interleaved rounds (median per entry);
-    the probe's o and saves are checked against its definition first. With --tiles, the
+    (HV, B), at --gate (default safe): fused and fused+ring, each beside its probe, and the
+    unfused pair, seed-style and cold on the same sets, --rounds interleaved rounds (median
+    per entry); the probe's o and saves are checked against its definition first. With --tiles, the
     snapshot mode alone, kernel and probe at each forced tile beside the table's (tiles
     written as `gpu_kda_snapshot_tiles` takes them: 32/32/2/1/plain, 64/32/4/2/64).
 Sweeps tiles (BLOCK_V, SUB_V, warps, stages of the sub-tile loop, key chunk) at B = 16 and
@@ -540,12 +540,12 @@ def with_probe(tn):
     return dataclasses.replace(tn, verify=dataclasses.replace(tn.verify, floor_probe=True))
 
 
-def schedule_part(batches, heads, rounds, tiles=()):
+def schedule_part(batches, heads, rounds, tiles=(), gate="safe"):
     """The shipped fused kernel beside its floor probe and the unfused pair, per (HV, B);
     with `tiles`, the snapshot mode alone at each forced tile, kernel and probe; returns
-    the rows (see the module's docstring, `schedule`)."""
+    the rows (see the module's docstring, `schedule`). gate: `gpu_check_kda.GATES`'s name."""
     rows = []
-    lb = -5.0
+    lb = chk.GATES[gate]
     for hv in heads:
         for B in batches:
             tn = chk.BASE
@@ -587,14 +587,15 @@ def schedule_part(batches, heads, rounds, tiles=()):
                     got[name]["seed"].append(round(seed, 3))
                     got[name]["cold"].append(round(cold, 3))
             med = {n: {k: statistics.median(v) for k, v in d.items()} for n, d in got.items()}
-            row = {"HV": hv, "B": B, "rounds": got, "median": med, "probe_errors": errs}
+            row = {"HV": hv, "B": B, "gate": gate, "rounds": got, "median": med,
+                   "probe_errors": errs}  # fmt: skip
             kernels = [n for n in entries if f"{n} probe" in entries]
             for mode in kernels:
                 for k in ("seed", "cold"):
                     row[f"{mode} / probe {k}"] = round(med[mode][k] / med[f"{mode} probe"][k], 4)
             rows.append(row)
             print(
-                f"HV={hv} B={B} cold (seed-style) us: "
+                f"{gate} HV={hv} B={B} cold (seed-style) us: "
                 + ", ".join(f"{n} {m['cold']:.2f} ({m['seed']:.2f})" for n, m in med.items())
                 + "; "
                 + "; ".join(
@@ -718,6 +719,7 @@ def main():
         default=(),
         help="schedule: fused tiles, BLOCK_V/SUB_V/warps/stages/KC or plain",
     )
+    ap.add_argument("--gate", default="safe", choices=list(chk.GATES), help="schedule: the gate")
     ap.add_argument("--out", default=None)
     ap.add_argument("--cpu-smoke", action="store_true", help="ringio: interpreter check")
     args = ap.parse_args()
@@ -725,9 +727,10 @@ def main():
         print(json.dumps(compile_sm90()))
         return
     if args.part == "schedule":
-        rows = schedule_part(args.batch or (64,), args.hv, args.rounds, args.tiles)
+        rows = schedule_part(args.batch or (64,), args.hv, args.rounds, args.tiles, args.gate)
         if args.out:
-            with open(os.path.join(args.out, "kda_floor_schedule.json"), "w") as f:
+            name = f"kda_floor_schedule_{args.gate}.json"
+            with open(os.path.join(args.out, name), "w") as f:
                 json.dump(rows, f, indent=1)
         return
     if args.part == "ringio":
