@@ -168,6 +168,22 @@ def test_ring_traffic_floor_writes_what_the_ring_modes_write():
     assert "ringio smoke: 6 of 6 tiles ok" in r.stdout
 
 
+def test_stream_floor_moves_the_modes_bytes():
+    """The `stream` floor (tools/dev/gpu_kda_floor.py) under Triton's interpreter writes
+    src + 1 over its whole destination, reads longer or shorter than writes, and
+    `mode_bytes` counts exactly the bytes the fused kernel writes in the ring and the
+    snapshot mode (o plus every poisoned element it overwrote). A floor that moved fewer
+    bytes than the mode would be no floor."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.path.join(ROOT, "src")
+    r = subprocess.run(
+        [sys.executable, "-m", "tools.dev.gpu_kda_floor", "--part", "stream", "--cpu-smoke"],
+        cwd=ROOT, capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "stream smoke: ok" in r.stdout
+
+
 def test_floor_probe_compiles_for_sm90():
     """The fused kernel's floor probe (`VerifyTuning.floor_probe`) compiles for sm_90 at the
     B = 64 tiles of both modes, and carries fewer instructions than the kernel (its input

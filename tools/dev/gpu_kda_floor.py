@@ -6,8 +6,10 @@ state (with the least arithmetic the math allows) runs in the verify's grid.
     PYTHONPATH=src python3 -m tools.dev.gpu_kda_floor --part ringio [--hv 8 16] [--batch 64]
     PYTHONPATH=src python3 -m tools.dev.gpu_kda_floor --part schedule [--hv 8 16] [--batch 64]
         [--rounds 3] [--gate safe|std] [--tiles TILE ...] [--out DIR]
+    PYTHONPATH=src python3 -m tools.dev.gpu_kda_floor --part stream [--hv 8 16] [--batch 64]
+        [--rounds 3] [--out DIR]
     PYTHONPATH=src python3 -m tools.dev.gpu_kda_floor --part compile   (CPU: compile for sm_90)
-    PYTHONPATH=src python3 -m tools.dev.gpu_kda_floor --part ringio --cpu-smoke   (CPU check)
+    PYTHONPATH=src python3 -m tools.dev.gpu_kda_floor --part ringio|stream --cpu-smoke   (CPU)
 
 Each floor kernel has the verify's grid (sequence, value head, tile of BLOCK_V value rows,
 walked in sub-tiles of SUB_V), reads the sequence's slot index first, then its fp32 state
@@ -42,6 +44,13 @@ rows [slots, HV, V, K]:
     per entry); the probe's o and saves are checked against its definition first. With --tiles, the
     snapshot mode alone, kernel and probe at each forced tile beside the table's (tiles
     written as `gpu_kda_snapshot_tiles` takes them: 32/32/2/1/plain, 64/32/4/2/64).
+  * stream: the bytes of each mode (`mode_bytes`: state rows, inputs, conv lines, a and
+    b read; o, windows and the ring or the snapshots written) as one contiguous fp32 read
+    and one contiguous write in the same programs, the best of a few block sizes: what the
+    mode's traffic costs at the card's streaming rate, with no layout, index or arithmetic
+    in the way, beside the shipped fused and unfused calls of that mode on the same cold
+    sets. `--cpu-smoke` checks the kernel and that `mode_bytes` equals what the fused
+    kernel writes in each mode.
 Sweeps tiles (BLOCK_V, SUB_V, warps, stages of the sub-tile loop, key chunk) at B = 16 and
 64 (`ring`, `snap`) or B = 1 and 16 (`small`), timed like `gpu_check_kda` (cold: a CUDA
 graph over input sets that do not fit in L2; median of 5), beside the shipped kernels
@@ -238,6 +247,16 @@ def _empty_kernel(x, PDL: tl.constexpr):
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
     tl.store(x + tl.program_id(0), 1.0)
+
+
+@triton.jit
+def _stream_kernel(src, dst, n_read, n_write, BLOCK: tl.constexpr):
+    """The `stream` floor: program i reads fp32 elements [i * BLOCK, (i + 1) * BLOCK) of src
+    where they are below n_read, and writes the same range of dst, below n_write, with the
+    values it read plus one (so that no read can be dropped as dead)."""
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    b_x = tl.load(src + i, mask=i < n_read, other=0.0)
+    tl.store(dst + i, b_x + 1.0, mask=i < n_write)
 
 
 def persist_fn(s, B, snap, sub, warps, stages, kc, per_sm):
@@ -500,6 +519,146 @@ def ring_bytes_part(batches, heads):
     return rows
 
 
+def mode_bytes(s, B, hv, ring):
+    """(bytes read, bytes written) by one verify call of B sequences on set s in the ring or
+    the snapshot mode: the state rows of its slots, the T new input rows, the conv state
+    lines, a and b read; o, the T conv windows and the ring entries (raw k, raw v, g, beta)
+    or the T snapshots written. The per-channel parameters (conv weight and bias, A_log,
+    dt_bias; a few KiB, shared by every call) and the B int32 indices are left out."""
+    t, w1, dim = s["win_pool"].shape[1:]
+    e = s["mixed"].element_size()
+    _, h, _, k = s["rawk"].shape
+    v = s["ssm"].shape[2]
+    read = B * hv * v * k * 4 + B * t * dim * e + B * w1 * dim * e + B * t * hv * (k + 1) * e
+    write = B * t * hv * v * e + B * t * w1 * dim * e
+    if ring:
+        write += B * t * (h * k * e + hv * v * e + hv * k * 4 + hv * 4)
+    else:
+        write += B * t * hv * v * k * 4
+    return read, write
+
+
+STREAM_TILES = tuple(itertools.product((1024, 2048, 4096, 8192), (4, 8)))  # (BLOCK, warps)
+
+
+def stream_buffers(s, read, write):
+    """The `stream` floor's fp32 source (read bytes, filled) and destination (write bytes)
+    on set s's device, kept in s."""
+    n_read, n_write = -(-read // 4), -(-write // 4)
+    if "stream_src" not in s:
+        dev = s["ssm"].device
+        s["stream_src"] = torch.arange(n_read, device=dev, dtype=torch.float32) % 251
+        s["stream_dst"] = torch.full((n_write,), float("nan"), device=dev)
+    return s["stream_src"], s["stream_dst"]
+
+
+def stream_fn(s, read, write, block, warps):
+    """A zero-argument callable launching the `stream` floor on set s."""
+    src, dst = stream_buffers(s, read, write)
+    n_read, n_write = src.numel(), dst.numel()
+    grid = (-(-max(n_read, n_write) // block),)
+    return lambda: _stream_kernel[grid](src, dst, n_read, n_write, BLOCK=block, num_warps=warps)
+
+
+def check_stream(s, read, write, block, warps):
+    """Whether the `stream` floor wrote src + 1 over the whole destination."""
+    stream_fn(s, read, write, block, warps)()
+    src, dst = s["stream_src"], s["stream_dst"]
+    n = min(src.numel(), dst.numel())
+    ok = torch.equal(dst[:n], src[:n] + 1) and bool((dst[n:] == 1).all())
+    dst.fill_(float("nan"))
+    return ok
+
+
+def written_bytes(s, B, hv, ring):
+    """Bytes the fused call in the ring or snapshot mode wrote on set s (NaN-poisoned
+    outputs, fp32 inputs, interpreter): o's, and the elements of its poisoned buffers that
+    are no longer NaN."""
+    t, h, k, v = s["mixed"].shape[0] // B, s["rawk"].shape[1], s["rawk"].shape[3], s["ssm"].shape[2]
+    mode = chk.cases.FUSED_RING if ring else chk.cases.FUSED
+    o = chk.cases.make_call(chk.kda, mode, s, B, t, h, hv, k, v, -5.0, scale=k**-0.5)()
+    names = ("win_pool", *chk.cases.RING_NAMES) if ring else ("win_pool", "inter_ssm")
+    return o.numel() * o.element_size() + sum(
+        int((~s[n].isnan()).sum()) * s[n].element_size() for n in names
+    )
+
+
+def stream_smoke():
+    """Under Triton's interpreter: the `stream` floor writes src + 1 over its destination
+    for reads longer and shorter than its writes, and `mode_bytes` counts exactly the bytes
+    the fused kernel writes in each mode (fp32, tiny shape, poisoned outputs). Returns
+    whether all held."""
+    ok = True
+    for read, write in ((4 * 5000, 4 * 1200), (4 * 700, 4 * 3000)):
+        s = {"ssm": torch.zeros(1)}
+        for block, warps in ((1024, 4), (2048, 8)):
+            good = check_stream(s, read, write, block, warps)
+            print(json.dumps({"read": read, "write": write, "block": block, "ok": good}))
+            ok &= good
+    B, t, h, hv, k, v = 3, 2, 1, 2, 16, 16
+    for ring in (True, False):
+        s = chk.cases.make_inputs(
+            B, t, h, hv, k, v, dtype=torch.float32, device="cpu", seed=9, lines=B + 2,
+            poison=True, shuffle=True,
+        )  # fmt: skip
+        counted, wrote = mode_bytes(s, B, hv, ring)[1], written_bytes(s, B, hv, ring)
+        print(json.dumps({"ring": ring, "mode_bytes_write": counted, "kernel_wrote": wrote}))
+        ok &= counted == wrote
+    print(f"stream smoke: {'ok' if ok else 'FAILED'}")
+    return ok
+
+
+def stream_part(batches, heads, rounds):
+    """Per (HV, B) and mode (ring, snapshots): the mode's bytes (`mode_bytes`) streamed by
+    `_stream_kernel` at each STREAM_TILES tile (checked first), beside the shipped fused and
+    unfused calls of that mode on the same cold sets, safe gate; then `rounds` interleaved
+    rounds of the shipped calls and the best tile. Returns the rows."""
+    rows = []
+    lb = chk.GATES["safe"]
+    for hv in heads:
+        for B in batches:
+            sets = chk.cold_sets(B, hv, 300)
+            for ring in (True, False):
+                read, write = mode_bytes(sets[0], B, hv, ring)
+                modes = (
+                    (chk.cases.FUSED_RING, chk.cases.UNFUSED_RING) if ring
+                    else (chk.cases.FUSED, chk.cases.UNFUSED)
+                )  # fmt: skip
+                tiles_us = {}
+                for block, warps in STREAM_TILES:
+                    if not check_stream(sets[0], read, write, block, warps):
+                        print(f"HV={hv} B={B} stream tile {block}/{warps}: wrong output")
+                        continue
+                    tiles_us[(block, warps)] = time_fns(
+                        [stream_fn(x, read, write, block, warps) for x in sets]
+                    )
+                best = min(tiles_us, key=tiles_us.get)
+                got = {m: [] for m in (*modes, "stream")}
+                for _r in range(rounds):
+                    for m in modes:
+                        got[m].append(time_fns([chk.runner(m, x, B, hv, lb) for x in sets]))
+                    got["stream"].append(time_fns([stream_fn(x, read, write, *best) for x in sets]))
+                med = {m: statistics.median(v) for m, v in got.items()}
+                row = {
+                    "HV": hv, "B": B, "ring": ring, "read_bytes": read, "write_bytes": write,
+                    "tiles_us": {f"{b}/{w}": round(u, 3) for (b, w), u in tiles_us.items()},
+                    "best_tile": list(best), "rounds_us": got, "median_us": med,
+                    "GB_per_s": round((read + write) / med["stream"] / 1e3, 1),
+                }  # fmt: skip
+                rows.append(row)
+                print(
+                    f"HV={hv} B={B} {'ring' if ring else 'snapshots'}: read {read / 2**20:.2f} "
+                    f"MiB, write {write / 2**20:.2f} MiB; stream floor {med['stream']:.2f} us "
+                    f"(tile {best[0]}/{best[1]}, {row['GB_per_s']} GB/s); "
+                    + ", ".join(
+                        f"{m} {med[m]:.2f} us = {med[m] / med['stream']:.3f}x" for m in modes
+                    ),
+                    flush=True,
+                )
+            del sets
+    return rows
+
+
 def probe_errors(s, B, hv, ring, project):
     """Relative errors of a floor-probe call's o and saves on set s against its definition
     (g = a, beta = b, q, k and v the raw inputs; the delta step per step, or o_t = S0 q_t
@@ -706,6 +865,7 @@ def main():
             "launch",
             "ringio",
             "schedule",
+            "stream",
             "compile",
         ),
         required=True,
@@ -731,6 +891,14 @@ def main():
         if args.out:
             name = f"kda_floor_schedule_{args.gate}.json"
             with open(os.path.join(args.out, name), "w") as f:
+                json.dump(rows, f, indent=1)
+        return
+    if args.part == "stream":
+        if args.cpu_smoke:
+            raise SystemExit(0 if stream_smoke() else 1)
+        rows = stream_part(args.batch or (64,), args.hv, args.rounds)
+        if args.out:
+            with open(os.path.join(args.out, "kda_floor_stream.json"), "w") as f:
                 json.dump(rows, f, indent=1)
         return
     if args.part == "ringio":
