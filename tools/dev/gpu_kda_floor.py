@@ -545,11 +545,12 @@ def stream_buffers(s, read, write):
     """The `stream` floor's fp32 source (read bytes, filled) and destination (write bytes)
     on set s's device, kept in s."""
     n_read, n_write = -(-read // 4), -(-write // 4)
-    if "stream_src" not in s:
+    key = ("stream", n_read, n_write)  # one pair per byte count (each mode its own)
+    if key not in s:
         dev = s["ssm"].device
-        s["stream_src"] = torch.arange(n_read, device=dev, dtype=torch.float32) % 251
-        s["stream_dst"] = torch.full((n_write,), float("nan"), device=dev)
-    return s["stream_src"], s["stream_dst"]
+        src = torch.arange(n_read, device=dev, dtype=torch.float32) % 251
+        s[key] = (src, torch.full((n_write,), float("nan"), device=dev))
+    return s[key]
 
 
 def stream_fn(s, read, write, block, warps):
@@ -563,7 +564,7 @@ def stream_fn(s, read, write, block, warps):
 def check_stream(s, read, write, block, warps):
     """Whether the `stream` floor wrote src + 1 over the whole destination."""
     stream_fn(s, read, write, block, warps)()
-    src, dst = s["stream_src"], s["stream_dst"]
+    src, dst = stream_buffers(s, read, write)
     n = min(src.numel(), dst.numel())
     ok = torch.equal(dst[:n], src[:n] + 1) and bool((dst[n:] == 1).all())
     dst.fill_(float("nan"))
