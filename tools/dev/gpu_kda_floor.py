@@ -562,11 +562,13 @@ def stream_fn(s, read, write, block, warps):
 
 
 def check_stream(s, read, write, block, warps):
-    """Whether the `stream` floor wrote src + 1 over the whole destination."""
+    """Whether the `stream` floor's buffers hold `read` and `write` bytes (to the fp32 word)
+    and it wrote src + 1 over the whole destination."""
     stream_fn(s, read, write, block, warps)()
     src, dst = stream_buffers(s, read, write)
     n = min(src.numel(), dst.numel())
-    ok = torch.equal(dst[:n], src[:n] + 1) and bool((dst[n:] == 1).all())
+    ok = src.numel() == -(-read // 4) and dst.numel() == -(-write // 4)
+    ok = ok and torch.equal(dst[:n], src[:n] + 1) and bool((dst[n:] == 1).all())
     dst.fill_(float("nan"))
     return ok
 
@@ -586,12 +588,13 @@ def written_bytes(s, B, hv, ring):
 
 def stream_smoke():
     """Under Triton's interpreter: the `stream` floor writes src + 1 over its destination
-    for reads longer and shorter than its writes, and `mode_bytes` counts exactly the bytes
+    for reads longer and shorter than its writes, on buffers of each count's own size in
+    one set, and `mode_bytes` counts exactly the bytes
     the fused kernel writes in each mode (fp32, tiny shape, poisoned outputs). Returns
     whether all held."""
     ok = True
+    s = {"ssm": torch.zeros(1)}  # one set for both byte counts, as for the two modes
     for read, write in ((4 * 5000, 4 * 1200), (4 * 700, 4 * 3000)):
-        s = {"ssm": torch.zeros(1)}
         for block, warps in ((1024, 4), (2048, 8)):
             good = check_stream(s, read, write, block, warps)
             print(json.dumps({"read": read, "write": write, "block": block, "ok": good}))
