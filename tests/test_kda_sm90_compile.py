@@ -151,6 +151,19 @@ def test_floor_tool_kernels_compile_for_sm90():
     assert all(0 < n <= 255 for n in regs.values())
 
 
+def _floor_smoke(part):
+    """stdout of `gpu_kda_floor --part PART --cpu-smoke` (its own interpreter switch), which
+    must exit 0."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.path.join(ROOT, "src")
+    r = subprocess.run(
+        [sys.executable, "-m", "tools.dev.gpu_kda_floor", "--part", part, "--cpu-smoke"],
+        cwd=ROOT, capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r.stdout
+
+
 def test_ring_traffic_floor_writes_what_the_ring_modes_write():
     """The `ringio` floor (tools/dev/gpu_kda_floor.py) under Triton's interpreter: its o
     matches PyTorch, and its windows, raw k, raw v, g and beta are exactly the inputs they
@@ -158,14 +171,7 @@ def test_ring_traffic_floor_writes_what_the_ring_modes_write():
     left poisoned, for three tiles (one piece, sub-tiles, key chunks), with the q/k traffic
     owned by one value head per q/k head and spread over every program. A floor that moved
     fewer bytes than the ring modes would be no floor."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.path.join(ROOT, "src")
-    r = subprocess.run(
-        [sys.executable, "-m", "tools.dev.gpu_kda_floor", "--part", "ringio", "--cpu-smoke"],
-        cwd=ROOT, capture_output=True, text=True, env=env, timeout=600,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "ringio smoke: 6 of 6 tiles ok" in r.stdout
+    assert "ringio smoke: 6 of 6 tiles ok" in _floor_smoke("ringio")
 
 
 def test_stream_floor_moves_the_modes_bytes():
@@ -174,14 +180,7 @@ def test_stream_floor_moves_the_modes_bytes():
     `mode_bytes` counts exactly the bytes the fused kernel writes in the ring and the
     snapshot mode (o plus every poisoned element it overwrote). A floor that moved fewer
     bytes than the mode would be no floor."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.path.join(ROOT, "src")
-    r = subprocess.run(
-        [sys.executable, "-m", "tools.dev.gpu_kda_floor", "--part", "stream", "--cpu-smoke"],
-        cwd=ROOT, capture_output=True, text=True, env=env, timeout=600,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "stream smoke: ok" in r.stdout
+    assert "stream smoke: ok" in _floor_smoke("stream")
 
 
 def test_floor_probe_compiles_for_sm90():
