@@ -16,9 +16,17 @@ time split between our forward and backward and the rest (timers around the
 checks), with the engine's threads on and off. With --out, writes host.json, cprofile.txt
 (a cProfile listing per call) and torch_profile.txt (a torch.profiler table per call,
 every thread) to DIR.
+
+    ... [--calls forward backward ...] [--vs FIELD=VALUE ...]
+
+--calls: only these calls. --vs: every call again, right after the default one on the same
+inputs, with those NSA tuning fields set (`kernels.nsa.tuning.with_fields`, e.g.
+overlap_tile_kernel=False): an A/B within one process, whose host figures move less between
+its two sides than between two processes; its rows are named CALL[FIELD=VALUE,...].
 """
 
 import argparse
+import ast
 import cProfile
 import io
 import json
@@ -39,6 +47,7 @@ from kernels.nsa import (
     selection_backward_triton,
     selection_forward_triton,
 )
+from kernels.nsa import tuning as nsa_tuning
 
 B, HQ, HKV, D, BS, S = 1, 16, 4, 64, 64, 16
 SETS = 3
@@ -74,17 +83,19 @@ class _Floor(torch.autograd.Function):
         return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), None, None
 
 
-def calls(x):
+def calls(x, tuning=None):
+    """The calls of one input set x, with `tuning` (an NsaTuning; None: the default)."""
     qkv = (x["q"], x["k"], x["v"])
     leaves = tuple(t.detach().requires_grad_(True) for t in qkv)
+    tn = dict(tuning=tuning)
 
     def autograd_step():
-        o = selection_attention(*leaves, x["idx"], BS)
+        o = selection_attention(*leaves, x["idx"], BS, **tn)
         return torch.autograd.grad(o, leaves, x["do"])
 
     def autograd_serial():
         with torch.autograd.set_multithreading_enabled(False):
-            o = selection_attention(*leaves, x["idx"], BS)
+            o = selection_attention(*leaves, x["idx"], BS, **tn)
             return torch.autograd.grad(o, leaves, x["do"])
 
     def autograd_floor():
@@ -95,14 +106,32 @@ def calls(x):
         "autograd": autograd_step,
         "autograd_serial": autograd_serial,
         "autograd_floor": autograd_floor,
-        "forward": lambda: selection_forward_triton(*qkv, x["idx"], BS),
+        "forward": lambda: selection_forward_triton(*qkv, x["idx"], BS, **tn),
         "backward": lambda: selection_backward_triton(
-            *qkv, x["idx"], BS, x["do"], x["o"], x["lse"]
+            *qkv, x["idx"], BS, x["do"], x["o"], x["lse"], **tn
         ),
         "backward_lse_none": lambda: selection_backward_triton(
-            *qkv, x["idx"], BS, x["do"], x["o"], None
+            *qkv, x["idx"], BS, x["do"], x["o"], None, **tn
         ),
     }
+
+
+def parse_fields(pairs):
+    """{FIELD: value} of FIELD=VALUE strings (values as Python literals), checked against the
+    NSA tuning's fields; None when there are none."""
+    if not pairs:
+        return None
+    fields = {}
+    for kv in pairs:
+        name, sep, value = kv.partition("=")
+        if not sep:
+            raise SystemExit(f"--vs takes FIELD=VALUE, got {kv!r}")
+        fields[name] = ast.literal_eval(value)
+    try:
+        nsa_tuning.with_fields(**dict(fields))
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    return fields
 
 
 def device_ops(fn):
@@ -174,7 +203,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     ap.add_argument("T", nargs="*", type=int, default=[2048, 8192, 32768])
+    ap.add_argument("--calls", nargs="+", default=None, help="only these calls")
+    ap.add_argument("--vs", nargs="+", default=None, help="FIELD=VALUE: a tuning A/B")
     a = ap.parse_args()
+    fields = parse_fields(a.vs)
+    variants = [("", None)]
+    if fields:
+        label = ",".join(f"{k}={v}" for k, v in fields.items())
+        variants.append((f"[{label}]", nsa_tuning.with_fields(**fields)))
     out = pathlib.Path(a.out) if a.out else None
     if out:
         out.mkdir(parents=True, exist_ok=True)
@@ -184,9 +220,15 @@ def main():
     print(f"{'T':>6} {'pattern':8} {'call':18} {'ops':>4} {'host':>8} {'eager':>8} {'graph':>8}")
     for T in a.T:
         for pattern in ("recent", "random"):
-            sets = [calls(inputs(T, pattern, seed)) for seed in range(SETS)]
-            for name in sets[0]:
-                fns = [s[name] for s in sets]
+            xs = [inputs(T, pattern, seed) for seed in range(SETS)]
+            sets = [calls(x) for x in xs]
+            runs = [
+                (name + tag, [calls(x, tn)[name] for x in xs] if tn else [s[name] for s in sets])
+                for name in sets[0]
+                if a.calls is None or name in a.calls
+                for tag, tn in variants
+            ]  # fmt: skip
+            for name, fns in runs:
                 ops = device_ops(fns[0])
                 med = lambda xs: statistics.median(xs) * 1e6  # noqa: E731
                 host = med(host_seconds(fns, ops + 8))
@@ -207,7 +249,7 @@ def main():
                                           ("torch_profile.txt", torch_listing)):  # fmt: skip
                         with open(out / path, "a") as f:
                             f.write(f"=== {name}, T={T} {pattern}\n{listing(fns[0])}\n")
-            if T == a.T[0]:
+            if T == a.T[0] and a.calls is None and fields is None:
                 print(
                     f"  autograd split, T={T} {pattern}: host per step / in forward wrapper /"
                     " in backward wrapper / rest (us)"
