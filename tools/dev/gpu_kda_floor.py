@@ -41,9 +41,10 @@ rows [slots, HV, V, K]:
     whole delta step in the snapshot mode; the 2T row sums of the projected ring mode). Per
     (HV, B), at --gate (default safe): fused and fused+ring, each beside its probe, and the
     unfused pair, seed-style and cold on the same sets, --rounds interleaved rounds (median
-    per entry); the probe's o and saves are checked against its definition first. With --tiles, the
-    snapshot mode alone, kernel and probe at each forced tile beside the table's (tiles
-    written as `gpu_kda_snapshot_tiles` takes them: 32/32/2/1/plain, 64/32/4/2/64).
+    per entry); the probe's o and saves are checked against its definition first. With
+    --tiles, the snapshot mode alone, kernel and probe at each forced tile beside the
+    table's (tiles written as `gpu_kda_snapshot_tiles` takes them: 32/32/2/1/plain,
+    64/32/4/2/64).
   * stream: the bytes of each mode (`mode_bytes`: state rows, inputs, conv lines, a and
     b read; o, windows and the ring or the snapshots written) as one contiguous fp32 read
     and one contiguous write in the same programs, the best of a few block sizes: what the
@@ -589,9 +590,8 @@ def written_bytes(s, B, hv, ring):
 def stream_smoke():
     """Under Triton's interpreter: the `stream` floor writes src + 1 over its destination
     for reads longer and shorter than its writes, on buffers of each count's own size in
-    one set, and `mode_bytes` counts exactly the bytes
-    the fused kernel writes in each mode (fp32, tiny shape, poisoned outputs). Returns
-    whether all held."""
+    one set, and `mode_bytes` counts exactly the bytes the fused kernel writes in each mode
+    (fp32, tiny shape, poisoned outputs). Returns whether all held."""
     ok = True
     s = {"ssm": torch.zeros(1)}  # one set for both byte counts, as for the two modes
     for read, write in ((4 * 5000, 4 * 1200), (4 * 700, 4 * 3000)):
@@ -885,7 +885,7 @@ def main():
     )
     ap.add_argument("--gate", default="safe", choices=list(chk.GATES), help="schedule: the gate")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--cpu-smoke", action="store_true", help="ringio: interpreter check")
+    ap.add_argument("--cpu-smoke", action="store_true", help="ringio, stream: interpreter check")
     args = ap.parse_args()
     if args.part == "compile":
         print(json.dumps(compile_sm90()))
