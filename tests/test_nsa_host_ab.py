@@ -49,3 +49,17 @@ def test_a_missing_side_is_an_error(tmp_path):
     _write(tmp_path, "new_1", [_row(1024, "random", "forward", 70.0)])
     with pytest.raises(SystemExit, match="old"):
         nsa_host_ab.main([str(tmp_path)])
+
+
+def test_host_tool_vs_fields_are_parsed_and_checked():
+    # gpu_nsa_host --vs: FIELD=VALUE pairs as Python literals, checked against the NSA
+    # tuning's fields before any device work.
+    from tools.dev import gpu_nsa_host
+
+    assert gpu_nsa_host.parse_fields(None) is None
+    fields = gpu_nsa_host.parse_fields(["overlap_tile_kernel=False", "tile_rows=32"])
+    assert fields == {"overlap_tile_kernel": False, "tile_rows": 32}
+    with pytest.raises(SystemExit, match="FIELD=VALUE"):
+        gpu_nsa_host.parse_fields(["overlap_tile_kernel"])
+    with pytest.raises(SystemExit, match="no_such_field"):
+        gpu_nsa_host.parse_fields(["no_such_field=1"])
