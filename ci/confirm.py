@@ -46,8 +46,10 @@ estimator decides (confirm-host.txt). Its ratios are read in units of its own fa
 host figure is a suspect when its log-ratio, divided by log(host) / log(factor), lies
 beyond `--suspect`, and the suspects are ordered by that scaled distance, so noise within
 the host factor neither crowds out the graph suspects nor fills the time cap. A host
-figure faster at stage 1 is listed, not re-run, like any faster point: a slow base process
-can hide a slowdown there until the next run.
+figure that stage 1 flagged faster is judged by the same estimator: within the suspect band
+it is cleared (rejudged, no longer listed as faster; a slow base process makes such flags
+as often as a slow head process makes slower ones), beyond it it is listed, not re-run,
+like any faster point.
 
 Besides the timings, a number that vanished fails the gate: a point the base measured and
 the head did not (out of memory, failed, skipped by the benchmark's choice, not run: the
@@ -207,9 +209,9 @@ class Plan:
     sure: timing flags beyond doubt (kept, not re-run); suspects: timing points to re-run,
     in order (the faster ones last); faster: the suspects on the faster side; kept: stage-1
     flags that are not re-run for another reason (not timings, or stage 2 is off);
-    rejudged: host-figure flags that stage 1's own estimator clears (within the suspect band
-    or, stage 2 off, below the host factor); ratios: every point's stage-1 ratio (the
-    medians', the host estimator's for a host figure).
+    rejudged: host-figure flags, slower or faster, that stage 1's own estimator clears
+    (within the suspect band or, stage 2 off, within the host factor); ratios: every
+    point's stage-1 ratio (the medians', the host estimator's for a host figure).
     """
 
     sure: list[str] = field(default_factory=list)
@@ -222,7 +224,7 @@ class Plan:
 
 def plan_stage2(
     base, head, slower, suspect, sure=SURE_RATIO, rerun=True, factor=None, host_factor=None,
-    host_ratio=None,
+    host_ratio=None, faster=(),
 ):  # fmt: skip
     """The Plan for stage 1's flags `slower` (names) over stored Points `base`/`head`.
 
@@ -235,7 +237,11 @@ def plan_stage2(
     in units of log(host_factor) / log(factor) for `suspect` and the order.
     host_ratio: {host figure: its estimator's ratio} (host_ratios()), which replaces the
     medians' ratio of those points; with it, a host flag whose ratio lies within the scaled
-    suspect band is cleared on it (rejudged), not re-run."""
+    suspect band is cleared on it (rejudged), not re-run.
+    faster: stage 1's faster flags (names). A host figure among them is rejudged the same
+    way: stage 1 flags by medians, which one slow base process moves as much as one slow
+    head process does, so a faster flag that the host estimator puts within its band is
+    noise, and listing it as an improvement would mislead as much as a false slowdown."""
     if suspect < 1.0:
         raise ValueError(f"--suspect must be >= 1, got {suspect}")
     if host_factor is not None and (factor is None or not 1.0 < factor <= host_factor):
@@ -256,12 +262,18 @@ def plan_stage2(
     if host_factor is not None and host_ratio:
         ratio.update({n: r for n, r in host_ratio.items() if n in ratio and is_host_figure(n)})
     flags = list(dict.fromkeys(slower))
+    down_flags = [n for n in dict.fromkeys(faster) if n not in flags]
     if not rerun:
         below = [
             n for n in flags if host_factor is not None and is_host_figure(n)
             and n in ratio and ratio[n] < host_factor
         ]  # fmt: skip
-        return Plan(kept=[n for n in flags if n not in below], rejudged=below, ratios=ratio)
+        below += [
+            n for n in down_flags if host_factor is not None and is_host_figure(n)
+            and n in ratio and ratio[n] > 1.0 / host_factor
+        ]  # fmt: skip
+        kept = [n for n in flags if n not in below]
+        return Plan(kept=kept, rejudged=below, ratios=ratio)
     plan = Plan(ratios=ratio)
     plan.kept = [n for n in flags if not is_timing(n)]
     timing_flags = [n for n in flags if is_timing(n)]
@@ -274,8 +286,8 @@ def plan_stage2(
     dist = {n: abs(math.log(r)) / unit(n) for n, r in ratio.items()}
     if host_factor is not None and host_ratio:
         plan.rejudged = [
-            n for n in timing_flags if n not in plan.sure and hosted(n) and n in host_ratio
-            and dist[n] <= math.log(suspect)
+            n for n in timing_flags + down_flags if n not in plan.sure and hosted(n)
+            and n in host_ratio and dist[n] <= math.log(suspect)
         ]  # fmt: skip
     doubtful = [n for n in timing_flags if n not in plan.sure + plan.rejudged]
     doubtful.sort(key=lambda n: -math.log(ratio[n]) / unit(n) if n in ratio else -math.inf)
@@ -428,11 +440,11 @@ def merged_table(stage1, again, judged, rejudged=()):
     """One compare table: stage 2's row for a judged suspect (pooled samples, its factor),
     stage 1's row for every other point (its factor), in stage 1's order; judged suspects
     stage 1's table did not show come last. A rejudged point (a host figure's stage-1 flag
-    below its factor) keeps stage 1's row without the slower mark."""
+    that its own estimator clears) keeps stage 1's row without its slower or faster mark."""
     second = {r.name: r for r in again}
     rows = [
         second.get(r.name, r) if r.name in judged
-        else replace(r, mark="") if r.name in rejudged and r.mark == "+" else r
+        else replace(r, mark="") if r.name in rejudged and r.mark in ("+", "-") else r
         for r in stage1
     ]  # fmt: skip
     shown = {r.name for r in stage1}
@@ -528,6 +540,7 @@ def main(argv=None, clock=time.monotonic):
 
     stage1 = parse(args.continuous_log.read_text())
     slower, failed = flagged(stage1)
+    faster1 = [r.name for r in stage1 if r.mark == "-"]
     code1 = 2 if failed else args.continuous_code
     base = stored_points(args.results, args.machine, args.base)
     head = stored_points(args.results, args.machine, args.head)
@@ -539,7 +552,7 @@ def main(argv=None, clock=time.monotonic):
     plan = plan_stage2(
         base, head, slower, args.suspect, args.sure, rerun=args.rounds > 0,
         factor=args.factor, host_factor=args.host_factor,
-        host_ratio=host_ratios(*(before[c] for c in sides), args.host_quantile),
+        host_ratio=host_ratios(*(before[c] for c in sides), args.host_quantile), faster=faster1,
     )  # fmt: skip
     if code1 == 2:
         plan.suspects = []  # a failure is final: nothing is re-run

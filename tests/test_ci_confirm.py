@@ -198,6 +198,46 @@ def test_plan_judges_host_figures_at_the_host_factor():
         confirm.plan_stage2(base, head, [], 1.005, host_factor=1.05)
 
 
+def test_plan_rejudges_a_host_figures_faster_flag_on_its_estimator():
+    """Stage 1 flagged H and E faster by their medians (a slow base process). H's estimator
+    reads 0.99, within its scaled suspect band: cleared, no longer listed as faster. E's
+    reads 0.9, beyond it: listed as a faster suspect, not cleared. A graph figure's faster
+    flag is never rejudged, and a point flagged both ways counts as slower."""
+    base = pts(dict.fromkeys([G, H, E], 1.0))
+    head = pts({G: 0.97, H: 0.9, E: 0.9})
+    kw = {"factor": 1.006, "host_factor": 1.05, "host_ratio": {H: 0.99, E: 0.9}}
+    plan = confirm.plan_stage2(base, head, [], 1.005, faster=[G, H, E], **kw)
+    assert plan.rejudged == [H] and plan.faster == [G, E] and plan.suspects == [G, E]
+    v = confirm.decide(0, plan, [], [G, E], [], [])  # asv exits 0 on faster points only
+    assert v.code == 0 and v.cleared == [H] and v.unjudged_faster == [G, E]
+    # without faster flags nothing changes: H within its band is no suspect, E is one
+    plan = confirm.plan_stage2(base, head, [], 1.005, **kw)
+    assert plan.rejudged == [] and plan.suspects == [G, E]
+    # stage 2 off: a faster host flag within the host factor (0.99 > 1 / 1.05) is cleared
+    off = confirm.plan_stage2(base, head, [], 1.005, rerun=False, faster=[G, H, E], **kw)
+    assert off.rejudged == [H] and off.kept == []
+    # a name among the slower flags is judged as one, whatever the faster list says
+    both = confirm.plan_stage2(base, head, [H], 1.005, faster=[H], **kw)
+    assert both.rejudged == [H]
+
+
+def test_main_a_faster_host_flag_within_its_band_leaves_the_table(tmp_path, monkeypatch):
+    """Stage 1 marks H faster at 0.90 by medians (one slow base process); its low quantile
+    reads 1.0: the final table and the verdict list it nowhere. A faster graph flag stays."""
+    base, head = dict.fromkeys([G, H], 1.0), {G: 0.9, H: pts({H: 0.9}, spread=0.1)[H]}
+    proc = [100.0 + 0.1 * i for i in range(10)]
+    samples = {"BASE": {H: proc + [x * 1.6 for x in proc]}, "HEAD": {H: proc + proc}}
+    rc, calls, out = run_main(tmp_path, monkeypatch, [("-", "0.90", G), ("-", "0.90", H)], 0,
+                              base, head, [], "--host-factor", "1.05",
+                              samples=samples)  # fmt: skip
+    verdict = json.loads((out / "confirm.json").read_text())
+    assert rc == 0 and calls == [] and verdict["rejudged"] == [H]
+    assert {r.name: r.mark for r in parse((out / "final-compare.txt").read_text())} == {
+        G: "-",
+        H: "",
+    }
+
+
 def test_low_quantile_and_host_ratios():
     assert confirm.low_quantile([3.0, 1.0, 2.0], 0.0) == 1.0
     assert confirm.low_quantile([3.0, 1.0, 2.0], 1.0) == 3.0

@@ -352,6 +352,13 @@ def test_parse_continuous_and_record():
     assert rec["ratios"] == pytest.approx({nsa_point: 1.03 / 0.254, "other(1)": 1.01})
     assert rec["kernel"] == "nsa" and rec["extra"] == 3000
     assert gs.parse("BENCHMARKS NOT SIGNIFICANTLY CHANGED.\n") == []
+    # With the second stage: a flag it rejudged (a host figure's, cleared on its estimator
+    # without a re-run) counts as no flag, either way; stage 1's lists keep it.
+    kda_point = rows[1].name
+    confirm = {"suspects": [], "compare": "", "rc": 0, "rejudged": [nsa_point, kda_point]}
+    rec = gs.record_try("aa", CONTINUOUS_OUT, 1, base, head, confirm=confirm)
+    assert rec["worse"] == [] and rec["better"] == [] and rec["rc"] == 0
+    assert rec["stage1_worse"] == [nsa_point] and rec["stage1_better"] == [kda_point]
 
 
 def test_matching():

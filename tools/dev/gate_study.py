@@ -786,9 +786,11 @@ def record_try(kind, log_text, rc, base_values, head_values, confirm=None, **ext
 
     confirm: the gate's second stage (`ci.confirm`), when it ran: {"suspects": [...],
     "compare": its compare output, "rc": its exit code, "stage1_ratios": every point's ratio
-    before it re-ran any}. The suspects' flags are then its compare's (from pooled samples)
-    and the other points keep stage 1's; "stage1_worse", "stage1_better" and "stage1_ratios"
-    keep stage 1's own ("ratios" are the pooled ones), and "rc" becomes the two-stage gate's."""
+    before it re-ran any, "rejudged": the host figures' stage-1 flags it cleared on their own
+    estimator without a re-run}. The suspects' flags are then its compare's (from pooled
+    samples), the rejudged points have none, and the other points keep stage 1's;
+    "stage1_worse", "stage1_better" and "stage1_ratios" keep stage 1's own ("ratios" are the
+    pooled ones), and "rc" becomes the two-stage gate's."""
     rows = parse(log_text)
     ratios = {n: head_values[n] / base_values[n] for n in base_values if n in head_values}
     worse = {r.name for r in rows if r.mark in ("+", "!")}
@@ -805,8 +807,9 @@ def record_try(kind, log_text, rc, base_values, head_values, confirm=None, **ext
             suspects=sorted(suspects),
             stage1_ratios=confirm.get("stage1_ratios", {}),
         )
-        worse = (worse - suspects) | {n for n in suspects if again.get(n) in ("+", "!")}
-        better = (better - suspects) | {n for n in suspects if again.get(n) == "-"}
+        cleared = suspects | set(confirm.get("rejudged", ()))
+        worse = (worse - cleared) | {n for n in suspects if again.get(n) in ("+", "!")}
+        better = (better - cleared) | {n for n in suspects if again.get(n) == "-"}
     return {**out, "worse": sorted(worse), "better": sorted(better), "ratios": ratios, **extra}
 
 
@@ -815,11 +818,13 @@ def read_confirm(directory):
     d = Path(directory)
     compare = d / "confirm-compare.txt"
     suspects = json.loads((d / "suspects.json").read_text())
+    verdict = json.loads((d / "confirm.json").read_text())
     return {
         "suspects": suspects["suspects"],
         "stage1_ratios": suspects.get("stage1_ratios", {}),
         "compare": compare.read_text(errors="replace") if compare.exists() else "",
-        "rc": json.loads((d / "confirm.json").read_text())["exit_code"],
+        "rc": verdict["exit_code"],
+        "rejudged": verdict.get("rejudged", []),
     }
 
 
