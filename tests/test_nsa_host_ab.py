@@ -1,6 +1,7 @@
 """tools/dev/nsa_host_ab: the host A/B table from per-process host.json folders."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +64,35 @@ def test_host_tool_vs_fields_are_parsed_and_checked():
         gpu_nsa_host.parse_fields(["overlap_tile_kernel"])
     with pytest.raises(SystemExit, match="no_such_field"):
         gpu_nsa_host.parse_fields(["no_such_field=1"])
+
+
+def test_host_tool_loads_another_backward_beside_this_trees(tmp_path):
+    # gpu_nsa_host --backward-from: a version of backward.py loaded as a module of
+    # kernels.nsa (here this tree's own file, under another name, with a change in a
+    # comment): its relative imports take this tree's modules, its launch keys are its own,
+    # and its backward gives this tree's results bit for bit (interpreter, fp32).
+    import torch
+
+    import kernels.nsa.backward as ours
+    from kernels import nsa
+    from tools.dev import gpu_nsa_host
+
+    src = Path(ours.__file__).read_text() + "\n# another version\n"
+    (tmp_path / "backward_v0.py").write_text(src)
+    mod = gpu_nsa_host.load_sibling(tmp_path / "backward_v0.py")
+    assert mod.__name__ == "kernels.nsa._from_backward_v0" and mod is not ours
+    assert mod.checked_forward is ours.checked_forward  # this tree's forward, shared
+    assert mod.selection_backward_triton is not ours.selection_backward_triton
+    g = torch.Generator().manual_seed(0)
+    bs = gpu_nsa_host.BS  # the tool's block size
+    B, Hq, Hkv, T, D, S = 1, 4, 2, 2 * bs + 9, 32, 2
+    q, do = (torch.randn(B, Hq, T, D, generator=g) for _ in range(2))
+    k, v = (torch.randn(B, Hkv, T, D, generator=g) for _ in range(2))
+    idx = nsa.make_block_idx_random(B, Hkv, T, bs, S, "cpu", seed=1)
+    o, lse = nsa.selection_forward_triton(q, k, v, idx, bs, return_lse=True)
+    x = dict(q=q, k=k, v=v, idx=idx, do=do, o=o, lse=lse)
+    got = gpu_nsa_host.sibling_backward(mod, x)()
+    want = ours.selection_backward_triton(q, k, v, idx, bs, do, o, lse)
+    diffs = [(a - b).abs().max().item() for a, b in zip(got, want, strict=True)]
+    assert diffs == [0.0, 0.0, 0.0], diffs
+    assert any(bool(t.abs().sum() > 0) for t in got)

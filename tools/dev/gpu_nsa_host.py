@@ -23,17 +23,29 @@ every thread) to DIR.
 inputs, with those NSA tuning fields set (`kernels.nsa.tuning.with_fields`, e.g.
 overlap_tile_kernel=False): an A/B within one process, whose host figures move less between
 its two sides than between two processes; its rows are named CALL[FIELD=VALUE,...].
+
+    ... [--backward-from FILE ...]
+
+--backward-from: another version of `kernels/nsa/backward.py` (e.g. `git show
+REV:src/kernels/nsa/backward.py > FILE`), loaded beside this tree's as a module of
+`kernels.nsa` (`load_sibling`: its relative imports take this tree's modules, its launch
+keys are its own); the backward with lse given runs again through it, in rows named
+backward[FILE's stem]. An A/B of a wrapper's versions in one process, kernels and runtime
+shared, for a graph or host change that the kernels alone do not explain.
 """
 
 import argparse
 import ast
 import cProfile
+import importlib.util
 import io
 import json
 import math
 import pathlib
 import pstats
+import re
 import statistics
+import sys
 import time
 
 import torch
@@ -134,6 +146,26 @@ def parse_fields(pairs):
     return fields
 
 
+def load_sibling(path):
+    """The module in `path` (a version of one of kernels.nsa's modules), loaded as
+    kernels.nsa._from_<stem>: a module of that package, so its relative imports resolve to
+    this tree's modules, and its launch keys (`_runtime.launch_key` names the module) its
+    own."""
+    path = pathlib.Path(path)
+    name = "kernels.nsa._from_" + re.sub(r"\W", "_", path.stem)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # Triton reads a kernel's source through its module
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def sibling_backward(mod, x):
+    """The backward with lse given on input set x, through module `mod`."""
+    qkv = (x["q"], x["k"], x["v"])
+    return lambda: mod.selection_backward_triton(*qkv, x["idx"], BS, x["do"], x["o"], x["lse"])
+
+
 def device_ops(fn):
     """Kernels, memsets and copies one call queues (torch.profiler, CUDA activity)."""
     fn()
@@ -205,7 +237,12 @@ def main():
     ap.add_argument("T", nargs="*", type=int, default=[2048, 8192, 32768])
     ap.add_argument("--calls", nargs="+", default=None, help="only these calls")
     ap.add_argument("--vs", nargs="+", default=None, help="FIELD=VALUE: a tuning A/B")
+    ap.add_argument(
+        "--backward-from", nargs="+", default=[], metavar="FILE",
+        help="another version of kernels/nsa/backward.py: the backward again through it",
+    )  # fmt: skip
     a = ap.parse_args()
+    others = [(pathlib.Path(f).stem, load_sibling(f)) for f in a.backward_from]
     fields = parse_fields(a.vs)
     variants = [("", None)]
     if fields:
@@ -229,6 +266,9 @@ def main():
                 for tag, tn in variants
                 if not (tn and name == "autograd_floor")  # runs none of our code
             ]  # fmt: skip
+            if a.calls is None or "backward" in a.calls:
+                runs += [(f"backward[{stem}]", [sibling_backward(mod, x) for x in xs])
+                         for stem, mod in others]  # fmt: skip
             for name, fns in runs:
                 ops = device_ops(fns[0])
                 med = lambda xs: statistics.median(xs) * 1e6  # noqa: E731
