@@ -69,8 +69,8 @@ def test_host_tool_vs_fields_are_parsed_and_checked():
 def test_host_tool_loads_another_backward_beside_this_trees(tmp_path):
     # gpu_nsa_host --backward-from: a version of backward.py loaded as a module of
     # kernels.nsa (here this tree's own file, under another name, with a change in a
-    # comment): its relative imports take this tree's modules, its launch keys are its own,
-    # and its backward gives this tree's results bit for bit (interpreter, fp32).
+    # comment): a module of its own whose relative imports take this tree's modules, and
+    # whose backward gives this tree's results bit for bit (interpreter, fp32).
     import torch
 
     import kernels.nsa.backward as ours
