@@ -573,6 +573,26 @@ def test_scratch_with_addresses_gives_each_buffer_its_address_in_one_allocation(
     assert not _runtime.Scratch(torch.device("cpu"), key).addresses  # not asked
 
 
+def test_scratch_allocate_makes_the_one_allocation_where_the_caller_asks():
+    """`allocate` makes the call's allocation at once (so a wrapper places it among its
+    outputs), and later `empty` requests carve that same allocation; without a recorded
+    layout (the first call) it makes nothing and reports 0 bytes."""
+    key = _runtime.LaunchKey("scratch test", 5)
+    s = _runtime.Scratch(torch.device("cpu"), key, addresses=True)
+    assert s.allocate() is None and s.allocated_bytes == 0
+    _ = [s.empty(shape, dtype) for shape, dtype in _SPECS]
+    s.close()
+    s = _runtime.Scratch(torch.device("cpu"), key, addresses=True)
+    total = _runtime._layouts[key][0]
+    assert s.allocated_bytes == total
+    base = s.allocate()
+    assert type(base) is int and s.allocate() == base  # once
+    got = [s.empty(shape, dtype) for shape, dtype in _SPECS]
+    s.close()
+    offsets = [part[3] for part in _runtime._layouts[key][1]]
+    assert [a - base for a in got] == offsets
+
+
 # On a GPU: real compiled kernels through the direct path.
 
 
@@ -888,8 +908,8 @@ def test_nsa_direct_calls_pass_the_same_arguments_as_the_keyed_path(monkeypatch)
     replays = []  # whether each call replayed a record (`_runtime.Call.replay`)
     replay = _runtime.Call.replay
 
-    def replay_logged(self, bound):
-        replays.append(replay(self, bound))
+    def replay_logged(self, bound, scratch=None):
+        replays.append(replay(self, bound, scratch))
         return replays[-1]
 
     monkeypatch.setattr(_runtime.Call, "replay", replay_logged)
