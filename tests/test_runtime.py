@@ -845,6 +845,7 @@ def test_nsa_direct_calls_pass_the_same_arguments_as_the_keyed_path(monkeypatch)
     requests = []  # the call's scratch requests, in order: (start address, bytes)
     outputs = []  # the tensors the call allocates for its results (`_checks.new_empty`)
     buffers = []  # its one-allocation scratch buffers (a direct call's, a replay's)
+    allocations = []  # the order of the two: "output" and "scratch"
     scratch_empty, new_empty, new_buffer = (
         _runtime.Scratch.empty, _checks.new_empty, _runtime.new_buffer
     )  # fmt: skip
@@ -857,12 +858,14 @@ def test_nsa_direct_calls_pass_the_same_arguments_as_the_keyed_path(monkeypatch)
 
     def output(shape, dtype, device):
         outputs.append(new_empty(shape, dtype, device))
+        allocations.append("output")
         return outputs[-1]
 
     def buffer(shape, dtype, device):
         x = new_buffer(shape, dtype, device)
         if dtype is torch.uint8:
             buffers.append(x)
+            allocations.append("scratch")
         return x
 
     monkeypatch.setattr(_runtime.Scratch, "empty", empty)
@@ -916,11 +919,15 @@ def test_nsa_direct_calls_pass_the_same_arguments_as_the_keyed_path(monkeypatch)
     for name, fn in calls.items():
         runs = []
         for i in range(4):  # sets 0, 1, 0, 1: the first replay is on the other set
-            for log in (record, requests, outputs, buffers):
+            for log in (record, requests, outputs, buffers, allocations):
                 log.clear()
             inputs.update(sets[i % 2])
             fn()
             runs.append(launches())
+            if name == "backward" and i > 0:
+                # Direct (i = 1) and replayed (2, 3) calls place their buffers alike: dq,
+                # the scratch, dk, dv.
+                assert allocations == ["output", "scratch", "output", "output"], (i, allocations)
         first, later = runs[0], runs[1:]
         for run in later:
             assert [kn for kn, _ in run] == [kn for kn, _ in first], name
