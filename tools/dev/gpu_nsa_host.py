@@ -31,7 +31,9 @@ REV:src/kernels/nsa/backward.py > FILE`), loaded beside this tree's as a module 
 `kernels.nsa` (`load_sibling`: its relative imports take this tree's modules, its launch
 keys are its own); the backward with lse given runs again through it, in rows named
 backward[FILE's stem]. An A/B of a wrapper's versions in one process, kernels and runtime
-shared, for a graph or host change that the kernels alone do not explain.
+shared, for a graph or host change that the kernels alone do not explain. A loaded file's
+rows may sit apart from the tree's own by an offset of the loading itself (docs/perf/nsa.md
+v41): load every version under comparison, this tree's included, and compare those rows.
 """
 
 import argparse
