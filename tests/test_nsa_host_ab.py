@@ -66,6 +66,24 @@ def test_host_tool_vs_fields_are_parsed_and_checked():
         gpu_nsa_host.parse_fields(["no_such_field=1"])
 
 
+def test_host_tool_interleaves_rounds_starting_one_row_later_each_time():
+    # gpu_nsa_host --rounds: every row timed once a round; round r starts at row r mod n,
+    # so each row is timed first once in n rounds; figures come back per row, in round order.
+    from tools.dev import gpu_nsa_host
+
+    order = []
+
+    def time_row(i):
+        order.append(i)
+        return {"t": 10 * i + len(order)}
+
+    got = gpu_nsa_host.interleaved(3, 4, time_row)
+    assert order == [0, 1, 2, 1, 2, 0, 2, 0, 1, 0, 1, 2]
+    assert [[f["t"] for f in row] for row in got] == [[1, 6, 8, 10], [12, 14, 19, 21],
+                                                      [23, 25, 27, 32]]  # fmt: skip
+    assert gpu_nsa_host.interleaved(2, 1, lambda i: i) == [[0], [1]]
+
+
 def test_host_tool_loads_another_backward_beside_this_trees(tmp_path):
     # gpu_nsa_host --backward-from: a version of backward.py loaded as a module of
     # kernels.nsa (here this tree's own file, under another name, with a change in a
@@ -96,3 +114,42 @@ def test_host_tool_loads_another_backward_beside_this_trees(tmp_path):
     diffs = [(a - b).abs().max().item() for a, b in zip(got, want, strict=True)]
     assert diffs == [0.0, 0.0, 0.0], diffs
     assert any(bool(t.abs().sum() > 0) for t in got)
+
+
+def test_host_tool_main_writes_each_rows_median_over_interleaved_rounds(
+    tmp_path, monkeypatch, capsys
+):
+    # gpu_nsa_host's main with every device part stubbed: with --rounds, each row's
+    # figures are the medians of its rounds, kept beside them in host.json.
+    import json
+    import sys
+
+    from tools.dev import gpu_nsa_host as tool
+
+    clock = iter(range(1, 10_000))
+    seconds = lambda *a, **kw: [next(clock) * 1e-6]  # noqa: E731
+    monkeypatch.setattr(tool, "inputs", lambda T, pattern, seed: {"seed": seed})
+    fns = {"forward": lambda: None, "backward": lambda: None}
+    monkeypatch.setattr(tool, "calls", lambda x, tuning=None: fns)
+    monkeypatch.setattr(tool, "device_ops", lambda fn: 8)
+    for name in ("host_seconds", "eager_seconds", "per_call_seconds"):
+        monkeypatch.setattr(tool, name, seconds)
+    for name in ("host_listing", "torch_listing"):
+        monkeypatch.setattr(tool, name, lambda fn: "listing")
+    argv = ["gpu_nsa_host", "64", "--calls", "forward", "backward", "--rounds", "3",
+            "--vs", "overlap_tile_kernel=False", "--out", str(tmp_path)]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    tool.main()
+    rows = json.loads((tmp_path / "host.json").read_text())
+    assert [(r["pattern"], r["call"]) for r in rows] == [
+        (p, c) for p in ("recent", "random") for c in
+        ("forward", "forward[overlap_tile_kernel=False]", "backward",
+         "backward[overlap_tile_kernel=False]")
+    ]  # fmt: skip
+    for r in rows:
+        assert len(r["rounds"]) == 3 and r["ops"] == 8
+        for key in ("host_us", "eager_us", "graph_us"):
+            each = [f[key] for f in r["rounds"]]
+            assert r[key] == pytest.approx(sorted(each)[1])
+    assert (tmp_path / "cprofile.txt").read_text().count("=== ") == 4
+    assert "forward[overlap_tile_kernel=False]" in capsys.readouterr().out

@@ -24,6 +24,13 @@ inputs, with those NSA tuning fields set (`kernels.nsa.tuning.with_fields`, e.g.
 overlap_tile_kernel=False): an A/B within one process, whose host figures move less between
 its two sides than between two processes; its rows are named CALL[FIELD=VALUE,...].
 
+    ... [--rounds N]
+
+--rounds: each point's rows timed in N interleaved rounds, each round starting one row
+later (`interleaved`); the table gives each figure's median over the rounds, host.json
+each round's figures too. With one round (the default) the rows run once, in order, and
+the first rows take whatever drift the process has.
+
     ... [--backward-from FILE ...]
 
 --backward-from: another version of `kernels/nsa/backward.py` (e.g. `git show
@@ -233,6 +240,19 @@ def autograd_split(fns, ops):
     return host, spent["forward"] / n * 1e6, spent["backward"] / n * 1e6
 
 
+def interleaved(n, rounds, time_row):
+    """Each of rows 0..n-1 timed in `rounds` rounds by `time_row(i)` (a dict of figures):
+    returns [row i's figures of each round] in row order. Round r times the rows in turn
+    from row r mod n, so a drift within the process (clocks, heat, the allocator's state)
+    falls on every row alike rather than on the rows timed first."""
+    out = [[] for _ in range(n)]
+    for r in range(rounds):
+        for j in range(n):
+            i = (r + j) % n
+            out[i].append(time_row(i))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
@@ -243,7 +263,13 @@ def main():
         "--backward-from", nargs="+", default=[], metavar="FILE",
         help="another version of kernels/nsa/backward.py: the backward again through it",
     )  # fmt: skip
+    ap.add_argument(
+        "--rounds", type=int, default=1,
+        help="time the rows of each point in this many interleaved rounds (medians printed)",
+    )  # fmt: skip
     a = ap.parse_args()
+    if a.rounds < 1:
+        ap.error("--rounds must be at least 1")
     others = [(pathlib.Path(f).stem, load_sibling(f)) for f in a.backward_from]
     fields = parse_fields(a.vs)
     variants = [("", None)]
@@ -271,20 +297,28 @@ def main():
             if a.calls is None or "backward" in a.calls:
                 runs += [(f"backward[{stem}]", [sibling_backward(mod, x) for x in xs])
                          for stem, mod in others]  # fmt: skip
-            for name, fns in runs:
-                ops = device_ops(fns[0])
+            ops = [device_ops(fns[0]) for _, fns in runs]
+
+            def time_row(i):
+                """Row i's host, eager and graph figures, us per call (medians of samples)."""
+                name, fns = runs[i]
                 med = lambda xs: statistics.median(xs) * 1e6  # noqa: E731
-                host = med(host_seconds(fns, ops + 8))
-                eager = med(eager_seconds(fns))
                 # The autograd step cannot be captured (the engine runs it on its own
                 # thread): no graph figure.
                 graph = math.nan
                 if not name.startswith("autograd"):
                     graph = med(per_call_seconds(fns, calls=2 * SETS))
-                rows.append(dict(T=T, pattern=pattern, call=name, ops=ops, host_us=host,
-                                 eager_us=eager, graph_us=graph))  # fmt: skip
-                line = f"{T:>6} {pattern:8} {name:18} {ops:>4} {host:8.1f} {eager:8.1f}"
-                print(f"{line} {graph:8.1f}", flush=True)
+                return dict(host_us=med(host_seconds(fns, ops[i] + 8)),
+                            eager_us=med(eager_seconds(fns)), graph_us=graph)  # fmt: skip
+
+            for i, each in enumerate(interleaved(len(runs), a.rounds, time_row)):
+                name = runs[i][0]
+                fig = {k: statistics.median(f[k] for f in each) for k in each[0]}
+                extra = {"rounds": each} if a.rounds > 1 else {}
+                rows.append(dict(T=T, pattern=pattern, call=name, ops=ops[i], **fig, **extra))
+                line = f"{T:>6} {pattern:8} {name:18} {ops[i]:>4} {fig['host_us']:8.1f}"
+                print(f"{line} {fig['eager_us']:8.1f} {fig['graph_us']:8.1f}", flush=True)
+            for name, fns in runs:
                 if out and pattern == "recent" and T == a.T[0]:
                     # One file per kind of listing, a section per call: three files in
                     # all, few enough for a device call's returned files.
