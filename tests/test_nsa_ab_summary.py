@@ -37,3 +37,25 @@ def test_tuning_pairs_are_read_as_literals_else_strings():
         "schedule": "tile",
     }
     assert gpu_nsa_ab.parse_tuning(None) == {}
+
+
+def test_rounds_alternate_which_side_runs_first(tmp_path, monkeypatch):
+    """Old first in odd rounds, new first in even ones; each process gets its side's src
+    first on PYTHONPATH and its side's tuning."""
+    runs = []
+
+    def fake_run(cmd, env, cwd, check):
+        tag = cmd[cmd.index("run") + 1]
+        tuning = cmd[cmd.index("--tuning") + 1 :] if "--tuning" in cmd else None
+        runs.append((tag, env["PYTHONPATH"].split(":")[0], tuning))
+
+    monkeypatch.setattr(gpu_nsa_ab.subprocess, "run", fake_run)
+    monkeypatch.setattr(gpu_nsa_ab, "compare", lambda *a: None)
+    monkeypatch.setattr(gpu_nsa_ab, "summary", lambda *a: [])
+    old, new = tmp_path / "old_src", tmp_path / "new_src"
+    gpu_nsa_ab.rounds(old, new, tmp_path, 3, ["512:recent"], "cuda", (None, ["fix_tiles=64"]))
+    assert [tag for tag, _, _ in runs] == ["old1", "new1", "new2", "old2", "old3", "new3"]
+    for tag, src, tuning in runs:
+        side = tag.rstrip("0123456789")
+        assert src == str((old if side == "old" else new).resolve())
+        assert tuning == (None if side == "old" else ["fix_tiles=64"])

@@ -22,9 +22,9 @@ such as a rework of the index inversion or the launch path.
 
 A process's host figure moves by up to a third between processes on the H200 host, so one
 process a side cannot show a change of a few tens of microseconds: `rounds` runs N fresh
-processes a side, alternating (old1, new1, old2, ...), checks old1 against new1 bit for bit
-and prints, per call, the median graph time of each side and every process's host figure
-(`summary`).
+processes a side, alternating (old1, new1, new2, old2, old3, ...), checks old1 against new1
+bit for bit and prints, per call, the median graph time of each side and every process's
+host figure (`summary`).
 """
 
 import argparse
@@ -144,12 +144,22 @@ def summary(out, sides=("old", "new")):
     return rows
 
 
+def round_order(i):
+    """The sides of round i (from 1) in the order they run: old first in odd rounds, new
+    first in even ones (old, new, new, old, old, ...), so that neither side always runs
+    right after the other's process."""
+    return ("old", "new") if i % 2 else ("new", "old")
+
+
 def rounds(old_src, new_src, out, n, points, device, tunings=(None, None)):
-    """`run` in 2 * n fresh processes, old and new alternating, each with its checkout's
-    src first on PYTHONPATH; then `compare` of the first pair and `summary`."""
+    """`run` in 2 * n fresh processes, old and new alternating (`round_order`), each with
+    its checkout's src first on PYTHONPATH; then `compare` of the first pair and
+    `summary`."""
     repo = Path(__file__).resolve().parents[2]
+    sides = {"old": (old_src, tunings[0]), "new": (new_src, tunings[1])}
     for i in range(1, n + 1):
-        for side, src, tuning in (("old", old_src, tunings[0]), ("new", new_src, tunings[1])):
+        for side in round_order(i):
+            src, tuning = sides[side]
             env = dict(os.environ, PYTHONPATH=f"{Path(src).resolve()}{os.pathsep}{repo}")
             cmd = [sys.executable, "-m", "tools.dev.gpu_nsa_ab", "run", f"{side}{i}",
                    "--out", str(out), "--device", device, "--points", *points]  # fmt: skip
