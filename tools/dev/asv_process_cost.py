@@ -25,10 +25,11 @@ exits: every later allocation of the point, the graph's included, lands elsewher
 
 `--side` answers "is this point's difference between two checkouts the code, or where its
 buffers landed?": for each of `--rounds` rounds (the side that starts a round rotating),
-each spacer and each side, it runs this tool in a fresh process with PYTHONPATH=SRC (one
-child per point, no profile), then prints, per point and spacer, each side's per-process
-figures, their median, and the ratio to the first side. A gate's flag that follows the
-spacer rather than the side is placement, not code.
+each spacer and each side, it runs this tool in a fresh process with PYTHONPATH=SRC:<this
+checkout> (that side's kernels with this checkout's suite, as asv pairs them; one child per
+point, no profile). It then prints, per point and spacer, each side's per-process figures,
+their median, and the ratio to the first side. A gate's flag that follows the spacer
+rather than the side is placement, not code.
 """
 
 import argparse
