@@ -37,6 +37,8 @@ from pathlib import Path
 
 import torch
 
+from tools.dev.asv_process_cost import side_order
+
 B, HQ, HKV, D, BS, S = 1, 16, 4, 64, 64, 16
 OPS = {"fwd": 16, "bwd": 96}  # the suite's upper bounds on device operations per call
 
@@ -147,8 +149,8 @@ def summary(out, sides=("old", "new")):
 def round_order(i):
     """The sides of round i (from 1) in the order they run: old first in odd rounds, new
     first in even ones (old, new, new, old, old, ...), so that neither side always runs
-    right after the other's process."""
-    return ("old", "new") if i % 2 else ("new", "old")
+    right after the other's process (`asv_process_cost.side_order`'s rotation)."""
+    return tuple(side_order(["old", "new"], i))
 
 
 def rounds(old_src, new_src, out, n, points, device, tunings=(None, None)):

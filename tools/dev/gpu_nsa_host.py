@@ -69,6 +69,7 @@ from kernels.nsa import (
     selection_forward_triton,
 )
 from kernels.nsa import tuning as nsa_tuning
+from tools.dev.asv_process_cost import side_order
 
 B, HQ, HKV, D, BS, S = 1, 16, 4, 64, 64, 16
 SETS = 3
@@ -246,9 +247,8 @@ def interleaved(n, rounds, time_row):
     from row r mod n, so a drift within the process (clocks, heat, the allocator's state)
     falls on every row alike rather than on the rows timed first."""
     out = [[] for _ in range(n)]
-    for r in range(rounds):
-        for j in range(n):
-            i = (r + j) % n
+    for r in range(1, rounds + 1):
+        for i in side_order(list(range(n)), r):
             out[i].append(time_row(i))
     return out
 
