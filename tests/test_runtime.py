@@ -573,6 +573,26 @@ def test_scratch_with_addresses_gives_each_buffer_its_address_in_one_allocation(
     assert not _runtime.Scratch(torch.device("cpu"), key).addresses  # not asked
 
 
+def test_scratch_allocate_makes_the_one_allocation_where_the_caller_asks():
+    """`allocate` makes the call's allocation at once (so a wrapper places it among its
+    outputs), and later `empty` requests carve that same allocation; without a recorded
+    layout (the first call) it makes nothing and reports 0 bytes."""
+    key = _runtime.LaunchKey("scratch test", 5)
+    s = _runtime.Scratch(torch.device("cpu"), key, addresses=True)
+    assert s.allocate() is None and s.allocated_bytes == 0
+    _ = [s.empty(shape, dtype) for shape, dtype in _SPECS]
+    s.close()
+    s = _runtime.Scratch(torch.device("cpu"), key, addresses=True)
+    total = _runtime._layouts[key][0]
+    assert s.allocated_bytes == total
+    base = s.allocate()
+    assert type(base) is int and s.allocate() == base  # once
+    got = [s.empty(shape, dtype) for shape, dtype in _SPECS]
+    s.close()
+    offsets = [part[3] for part in _runtime._layouts[key][1]]
+    assert [a - base for a in got] == offsets
+
+
 # On a GPU: real compiled kernels through the direct path.
 
 
@@ -825,6 +845,7 @@ def test_nsa_direct_calls_pass_the_same_arguments_as_the_keyed_path(monkeypatch)
     requests = []  # the call's scratch requests, in order: (start address, bytes)
     outputs = []  # the tensors the call allocates for its results (`_checks.new_empty`)
     buffers = []  # its one-allocation scratch buffers (a direct call's, a replay's)
+    allocations = []  # the order of the two: "output" and "scratch"
     scratch_empty, new_empty, new_buffer = (
         _runtime.Scratch.empty, _checks.new_empty, _runtime.new_buffer
     )  # fmt: skip
@@ -837,12 +858,14 @@ def test_nsa_direct_calls_pass_the_same_arguments_as_the_keyed_path(monkeypatch)
 
     def output(shape, dtype, device):
         outputs.append(new_empty(shape, dtype, device))
+        allocations.append("output")
         return outputs[-1]
 
     def buffer(shape, dtype, device):
         x = new_buffer(shape, dtype, device)
         if dtype is torch.uint8:
             buffers.append(x)
+            allocations.append("scratch")
         return x
 
     monkeypatch.setattr(_runtime.Scratch, "empty", empty)
@@ -888,19 +911,23 @@ def test_nsa_direct_calls_pass_the_same_arguments_as_the_keyed_path(monkeypatch)
     replays = []  # whether each call replayed a record (`_runtime.Call.replay`)
     replay = _runtime.Call.replay
 
-    def replay_logged(self, bound):
-        replays.append(replay(self, bound))
+    def replay_logged(self, bound, scratch=None):
+        replays.append(replay(self, bound, scratch))
         return replays[-1]
 
     monkeypatch.setattr(_runtime.Call, "replay", replay_logged)
     for name, fn in calls.items():
         runs = []
         for i in range(4):  # sets 0, 1, 0, 1: the first replay is on the other set
-            for log in (record, requests, outputs, buffers):
+            for log in (record, requests, outputs, buffers, allocations):
                 log.clear()
             inputs.update(sets[i % 2])
             fn()
             runs.append(launches())
+            if name == "backward" and i > 0:
+                # Direct (i = 1) and replayed (2, 3) calls place their buffers alike: dq,
+                # the scratch, dk, dv.
+                assert allocations == ["output", "scratch", "output", "output"], (i, allocations)
         first, later = runs[0], runs[1:]
         for run in later:
             assert [kn for kn, _ in run] == [kn for kn, _ in first], name

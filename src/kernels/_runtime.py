@@ -392,22 +392,26 @@ class Call:
                 if self._record is None and _record_misses.get(plans_key, 0) < RECORD_TRIES:
                     self._steps = []  # this call is recorded
 
-    def replay(self, bound):
+    def replay(self, bound, scratch=None):
         """Queue the recorded device work of an earlier direct call with this key, with the
         tensors `bound` (the wrapper's inputs and outputs, in the order it binds them at
-        `close`) and a fresh scratch allocation in place of that call's; returns whether
-        there was a record. The scratch is freed on return, as a call's temporaries are:
-        its next user on the call's stream runs after the recorded work (which ends on
-        that stream)."""
+        `close`) and a fresh scratch allocation in place of that call's: `scratch`'s (a
+        `Scratch` of the key, allocated with `allocate`), or a new one, freed on return;
+        returns whether there was a record. A call's temporaries may be freed once its
+        launches are queued: their next user on the call's stream runs after the recorded
+        work (which ends on that stream)."""
         record = self._record
         if record is None:
             return False
         if len(bound) != record.n_bound:
             raise RuntimeError(f"a call with key {self.key!r} bound {len(bound)} tensors, "
                                f"its record {record.n_bound}")  # fmt: skip
-        scratch = new_buffer((record.nbytes,), torch.uint8, bound[0].device)
         base = [t.data_ptr() for t in bound]
-        base.append(scratch.data_ptr())  # source -1
+        if scratch is not None and scratch.allocated_bytes >= record.nbytes:
+            base.append(scratch.allocate())  # source -1
+        else:
+            buffer = new_buffer((record.nbytes,), torch.uint8, bound[0].device)
+            base.append(buffer.data_ptr())
         handle = self._handle
         for step in record.steps:
             kind = step[0]
@@ -687,14 +691,30 @@ class Scratch:
         _, _, stride, offset = parts[i]
         views = self._views
         if views is None:
-            views = self._views = {torch.uint8: new_buffer((total,), torch.uint8, self.device)}
-            self._ptr = views[torch.uint8].data_ptr()
+            self.allocate()
+            views = self._views
         if self._addresses and not tensor:
             return self._ptr + offset
         base = views.get(dtype)
         if base is None:
             base = views[dtype] = views[torch.uint8].view(dtype)
         return base.as_strided(shape, stride, offset // base.element_size())
+
+    @property
+    def allocated_bytes(self):
+        """The size of the allocation `allocate` makes: the recorded layout's, 0 without one."""
+        return 0 if self._layout is None else self._layout[0]
+
+    def allocate(self):
+        """Make the call's one allocation now, where the layout is recorded (it is made at the
+        first `empty` otherwise): where it sits among the call's other allocations is then
+        the caller's choice. Returns its device address, None without a layout."""
+        if self._layout is None:
+            return None
+        if self._views is None:
+            buffer = new_buffer((self._layout[0],), torch.uint8, self.device)
+            self._views, self._ptr = {torch.uint8: buffer}, buffer.data_ptr()
+        return self._ptr
 
     def close(self):
         """The call made every buffer: on the first call with the key, record the layout."""

@@ -513,19 +513,21 @@ def checked_backward(q, k, v, block_idx, block_size, do, o, lse, dims, tuning):
         _runtime.aligned(q, k, v, block_idx, do, o, lse),
     )  # fmt: skip
     call = _runtime.Call(key, q.device, tuning.replay_calls)
-    dq = _checks.new_empty(q.shape, q.dtype, q.device)
-    dk = _checks.new_empty(k.shape, k.dtype, k.device)
-    dv = _checks.new_empty(v.shape, v.dtype, v.device)
-    bound = (q, k, v, block_idx, do, o, lse, dq, dk, dv)
-    if call.replay(bound):  # an earlier direct call's launches, on these tensors
-        return dq, dk, dv
-    p = _runtime.per_key(key, None, _backward_plan, dims, q.dtype, qk_scale, tuning)
     # Every temporary of the call (delta and lse_lo, the dq kernel's tile lists and redo
     # flags, the inversion and the dk/dv partial sums) is a view of one allocation, or its
     # device address in a direct call: one allocation per call, not one per buffer. The dq
     # phase's few lists stay allocated through the dk/dv phase, which adds T * S int32 per
-    # (b, kv head) to the call's peak.
+    # (b, kv head) to the call's peak. The allocations are made in one order on every path
+    # (dq, the scratch, dk, dv), so a replayed call places its buffers as a launched one.
+    dq = _checks.new_empty(q.shape, q.dtype, q.device)
     scratch = _runtime.Scratch(q.device, key, call.direct)
+    scratch.allocate()
+    dk = _checks.new_empty(k.shape, k.dtype, k.device)
+    dv = _checks.new_empty(v.shape, v.dtype, v.device)
+    bound = (q, k, v, block_idx, do, o, lse, dq, dk, dv)
+    if call.replay(bound, scratch):  # an earlier direct call's launches, on these tensors
+        return dq, dk, dv
+    p = _runtime.per_key(key, None, _backward_plan, dims, q.dtype, qk_scale, tuning)
     delta, lse_lo = _dq_and_delta(
         q, k, v, block_idx, block_size, do, o, lse, dq, dims, p, tuning, call, scratch
     )
