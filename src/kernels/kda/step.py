@@ -186,12 +186,65 @@ def _step_inputs(b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T: 
         )
         b_g = b_g + (b_gt,)
         b_beta = b_beta + (b_bt,)
-        b_qn = b_qn + (_l2norm(b_q[t].to(tl.float32), 1e-6, NORM_ROW) * scale,)
-        b_kn = b_kn + (_l2norm(b_k[t].to(tl.float32), 1e-6, NORM_ROW),)
+        if NORM_ROW:
+            b_qn = b_qn + (_l2norm(b_q[t].to(tl.float32), 1e-6, NORM_ROW) * scale,)
+            b_kn = b_kn + (_l2norm(b_k[t].to(tl.float32), 1e-6, NORM_ROW),)
+    if not NORM_ROW:
+        # The 2T squared norms from `_sums`: one reduction per eight of them.
+        b_x = ()
+        for t in tl.static_range(T):
+            b_x = b_x + (b_q[t].to(tl.float32), b_k[t].to(tl.float32))
+        b_n2 = _sums(b_x, b_x, 2 * T)
+        for t in tl.static_range(T):
+            b_qn = b_qn + (b_x[2 * t] / tl.sqrt(b_n2[2 * t] + 1e-6) * scale,)
+            b_kn = b_kn + (b_x[2 * t + 1] / tl.sqrt(b_n2[2 * t + 1] + 1e-6),)
     b_pj = ()
     if PROJECT:
         b_pj = _projection(b_qn, b_kn, b_g, T)
     return b_g, b_beta, b_qn, b_kn, b_pj
+
+
+@triton.jit
+def _sums8(b_xs, b_ys, i0: tl.constexpr, N: tl.constexpr):
+    """The dot products x_i . y_i of [K] vectors for i = i0 .. i0 + 7 (0 past N), as a tuple
+    of 8 scalars, from one reduction.
+
+    Each `tl.sum` of a [K] vector spread over several warps ends in a round trip through
+    shared memory with barriers, and separate sums are not merged by the compiler. Joined
+    into one [K, 2, 2, 2] tensor (`tl.join` puts the new axes in each thread's registers),
+    the eight products are reduced over K together: one round trip for eight sums, then
+    split back in registers."""
+    b_p = ()
+    for i in tl.static_range(8):
+        if i0 + i < N:
+            b_p = b_p + (b_xs[i0 + i] * b_ys[i0 + i],)
+        else:
+            b_p = b_p + (b_xs[0] * 0.0,)
+    b_j = tl.join(
+        tl.join(tl.join(b_p[0], b_p[1]), tl.join(b_p[2], b_p[3])),
+        tl.join(tl.join(b_p[4], b_p[5]), tl.join(b_p[6], b_p[7])),
+    )
+    b_lo, b_hi = tl.split(tl.sum(b_j, axis=0))  # products 0-3, 4-7: [2, 2] each
+    b_01, b_23 = tl.split(b_lo)
+    b_45, b_67 = tl.split(b_hi)
+    b_s0, b_s1 = tl.split(b_01)
+    b_s2, b_s3 = tl.split(b_23)
+    b_s4, b_s5 = tl.split(b_45)
+    b_s6, b_s7 = tl.split(b_67)
+    return b_s0, b_s1, b_s2, b_s3, b_s4, b_s5, b_s6, b_s7
+
+
+@triton.jit
+def _sums(b_xs, b_ys, N: tl.constexpr):
+    """The N dot products x_i . y_i of two tuples of [K] vectors, eight per reduction
+    (`_sums8`), as a tuple."""
+    b_out = ()
+    for i0 in tl.static_range(0, N, 8):
+        b_s = _sums8(b_xs, b_ys, i0, N)
+        for i in tl.static_range(8):
+            if i0 + i < N:
+                b_out = b_out + (b_s[i],)
+    return b_out
 
 
 @triton.jit
@@ -206,25 +259,40 @@ def _projection(b_qs, b_ks, b_g, T: tl.constexpr):
     is one of 2T row sums of the *initial* state, and the A and B scalars are shared by all
     rows of the head. Returns (c_t q_t tuple, c_t k_t tuple, A, B): A holds A[t, j] for j
     = t-1 down to 0 after those of t-1 (position t (t-1) / 2 + t-1-j), B holds B[t, t]
-    then B[t, j] for j = t-1 down to 0 (position t (t+1) / 2 + t-j).
+    then B[t, j] for j = t-1 down to 0 (position t (t+1) / 2 + t-j). The T^2 dot products
+    behind A and B are taken together (`_sums`): A's T (T-1) / 2 first, then B's.
     """
     b_qc = ()
     b_kc = ()
-    b_A = ()
-    b_B = ()
+    b_ax = ()  # the dot products' operands, A's, in A's order
+    b_ay = ()
+    b_bx = ()  # B's, in B's order
+    b_by = ()
     b_c = tl.exp(b_g[0])
     for t in tl.static_range(T):
         if t > 0:
             b_c = b_c * tl.exp(b_g[t])
         b_qc = b_qc + (b_c * b_qs[t],)
         b_kc = b_kc + (b_c * b_ks[t],)
-        b_B = b_B + (tl.sum(b_ks[t] * b_qs[t], axis=0),)
+        b_bx = b_bx + (b_ks[t],)
+        b_by = b_by + (b_qs[t],)
         b_e = tl.exp(b_g[t])
         for jj in tl.static_range(t):  # j = t - 1 - jj
             if jj > 0:
                 b_e = b_e * tl.exp(b_g[t - jj])
-            b_A = b_A + (tl.sum(b_ks[t - 1 - jj] * (b_e * b_ks[t]), axis=0),)
-            b_B = b_B + (tl.sum(b_ks[t - 1 - jj] * (b_e * b_qs[t]), axis=0),)
+            b_ax = b_ax + (b_ks[t - 1 - jj],)
+            b_ay = b_ay + (b_e * b_ks[t],)
+            b_bx = b_bx + (b_ks[t - 1 - jj],)
+            b_by = b_by + (b_e * b_qs[t],)
+    NA: tl.constexpr = T * (T - 1) // 2
+    NB: tl.constexpr = T * (T + 1) // 2
+    b_s = _sums(b_ax + b_bx, b_ay + b_by, NA + NB)
+    b_A = ()
+    for i in tl.static_range(NA):
+        b_A = b_A + (b_s[i],)
+    b_B = ()
+    for i in tl.static_range(NB):
+        b_B = b_B + (b_s[NA + i],)
     return b_qc, b_kc, b_A, b_B
 
 
