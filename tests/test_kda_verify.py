@@ -302,7 +302,7 @@ def test_tile_table_and_knobs():
                 B = 1000 if max_b is None else max_b
                 assert kt.pick_tile(tn, ring, B, 128, 128) == (bv, sub, nw, st)
                 assert sub <= bv and bv % sub == 0
-            for table in ("tiles", "key_chunks", "project", "norm_row"):
+            for table in ("tiles", "key_chunks", "project", "norm_row", "stack_sums"):
                 assert getattr(tn.tables(ring), table)[-1][0] is None, table
     rec = kt.DEFAULT.recurrent
     assert kt.key_chunk(rec, True, 16, 128) == 32
@@ -495,6 +495,40 @@ def test_norm_row_knob(cpu_dtype, device):
         assert all(bool(inp[n].isnan().all()) for n in ("inter_ssm", "rawv", "rawk", "g", "beta"))
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_stack_sums_vs_reference(mode, cpu_dtype, device):
+    """The prologue's reductions eight at a time (tuning stack_sums) in every mode, against
+    the reference: the q/k norms (norm_row off) and, in the ring modes, the projected form's
+    dot products. T = 4 (8 norms, 16 products: whole groups of eight) and T = 7 (14 norms,
+    49 products: the last group of each part-filled), one-piece and sub-tiled tiles, a
+    padded sequence."""
+    project = True if mode.endswith("+ring") else None
+    for T, lb, t in ((4, None, (16, None, None, None)), (7, -5.0, (16, 8, None, None))):
+        tn = tile(*t, norm_row=False, stack_sums=True, project=project)
+        run_and_check(mode, 3, T, 1, 2, 32, 16, cpu_dtype, device, lb, pad=1, seed=37, tuning=tn)
+
+
+def test_stack_sums_knob(cpu_dtype, device):
+    """The table's choice per mode and batch (on only where it measured faster), a forced
+    value winning over the table, and a bad stack_sums refused (naming it) before anything
+    is written."""
+    f, r = kt.DEFAULT.verify, kt.DEFAULT.recurrent
+    assert kt.stack_sums_flag(f, False, 4) is True
+    assert kt.stack_sums_flag(f, False, 5) is False
+    assert kt.stack_sums_flag(f, True, 8) is True
+    assert kt.stack_sums_flag(f, True, 32) is False
+    assert kt.stack_sums_flag(f, True, 33) is True
+    assert kt.stack_sums_flag(r, False, 64) is False
+    assert kt.stack_sums_flag(r, True, 32) is False
+    assert kt.stack_sums_flag(r, True, 64) is True
+    assert kt.stack_sums_flag(replace(r, stack_sums=True), False, 1) is True
+    for mode in ("fused+ring", "unfused"):
+        inp = make_inputs(2, 3, 1, 2, 16, 16, cpu_dtype, device, seed=31)
+        with pytest.raises(ValueError, match="stack_sums"):
+            make_runner(mode, inp, 2, 3, 1, 2, 16, 16, tuning=tuned(stack_sums=1))()
+        assert all(bool(inp[n].isnan().all()) for n in ("inter_ssm", "rawv", "rawk", "g", "beta"))
+
+
 def test_project_knob(cpu_dtype, device):
     """A bad projection flag is refused, naming it, before anything is written; the final
     state of an ordinary decode call never takes the projected form (it would not form
@@ -656,6 +690,21 @@ def test_gpu_bf16_key_chunks(kc):
     for mode in MODES:
         run_and_check(mode, 4, T, H, HV, K, V, torch.bfloat16, "cuda", -5.0, pad=0, tuning=tn)
     _assert_gpu_ring_bytes_equal(4, T, H, HV, K, V, None, tn)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stack_sums", [False, True])
+def test_gpu_bf16_stack_sums(stack_sums):
+    """Both ways of taking the prologue's reductions (tuning stack_sums) in bf16 at the
+    seed's shape, norm_row off and the ring modes projected: every mode against the
+    reference at B = 4 and 64, ring bytes equal between the fused and unfused kernels."""
+    T, H, HV, K, V = 4, 8, 8, 128, 128
+    for B in (4, 64):
+        for mode in MODES:
+            project = True if mode.endswith("+ring") else None
+            tn = tuned(norm_row=False, stack_sums=stack_sums, project=project)
+            run_and_check(mode, B, T, H, HV, K, V, torch.bfloat16, "cuda", -5.0, pad=0, tuning=tn)
+    _assert_gpu_ring_bytes_equal(64, T, H, HV, K, V, None, tuned(stack_sums=stack_sums))
 
 
 @pytest.mark.gpu

@@ -2,11 +2,13 @@
 
     .venv/bin/python -m tools.dev.compile_kda_sm90 [--modes fused ...] [--block-v 4 16]
         [--warps 1 4] [--sub-v 0 32] [--stages 1 2] [--key-chunk 16]
-        [--maxnreg 168] [--project auto] [--norm-row auto] [--floor-probe] [--sass]
+        [--maxnreg 168] [--project auto] [--norm-row auto] [--stack-sums auto]
+        [--floor-probe] [--sass]
         (sub-v 0: the whole BLOCK_V in one piece; key-chunk: the key chunk width of the
         state tiles; maxnreg: the register cap of both recurrence kernels; project: both
         kernels' projected form,
         auto = the table's; norm-row: the q/k norms summed as rows, auto = the table's;
+        stack-sums: the prologue's reductions eight at a time, auto = the table's;
         floor-probe: the fused kernel's `VerifyTuning.floor_probe` form; sass:
         also count the SASS instructions, barriers, lane shuffles and special-function ops of
         each kernel; every choice is passed as the wrappers' `tuning=`)
@@ -131,6 +133,7 @@ def main():
     ap.add_argument("--project", default="auto", choices=["auto", "on", "off"])
     ap.add_argument("--sass", action="store_true", help="also count SASS, BAR, SHFL, MUFU")
     ap.add_argument("--norm-row", default="auto", choices=["auto", "on", "off"])
+    ap.add_argument("--stack-sums", default="auto", choices=["auto", "on", "off"])
     ap.add_argument(
         "--floor-probe", action="store_true", help="the fused kernel's floor probe (tuning)"
     )
@@ -154,6 +157,7 @@ def main():
         maxnreg=args.maxnreg,
         project=flag[args.project],
         norm_row=flag[args.norm_row],
+        stack_sums=flag[args.stack_sums],
     )
     compiled = []
     for mod, name in (

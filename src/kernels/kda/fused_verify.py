@@ -204,6 +204,7 @@ def _fused_verify_kernel(
     HAS_BIAS: tl.constexpr,
     SAFE_GATE: tl.constexpr,
     NORM_ROW: tl.constexpr,
+    STACK_SUMS: tl.constexpr,
     SNAPSHOT: tl.constexpr,
     SNAP_CM: tl.constexpr,
     RING: tl.constexpr,
@@ -286,7 +287,7 @@ def _fused_verify_kernel(
     else:
         b_g, b_beta, b_qs, b_ks, b_pj = _step_inputs(
             b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, PROJECT,
-            NORM_ROW,
+            NORM_ROW, STACK_SUMS,
         )  # fmt: skip
     if RING:
         _store_ring_shared(
@@ -455,6 +456,7 @@ def fused_kda_conv_gating_verify(
     kc = _tuning.key_chunk(tn, ring_mode, Bt, K)
     project = _tuning.project_flag(tn, ring_mode, False, Bt)
     norm_row = _tuning.norm_row_flag(tn, ring_mode, Bt)
+    stack_sums = _tuning.stack_sums_flag(tn, ring_mode, Bt)
     snap_cm = _tuning.snapshot_cache_modifier(tn)
     floor = tn.floor_probe
     if not isinstance(floor, bool):
@@ -479,6 +481,7 @@ def fused_kda_conv_gating_verify(
         HAS_BIAS=conv_bias is not None,
         SAFE_GATE=lower_bound is not None,
         NORM_ROW=norm_row,
+        STACK_SUMS=stack_sums,
         SNAPSHOT=intermediate_states_buffer is not None,
         SNAP_CM=snap_cm,
         RING=bool(cache_ring),

@@ -97,6 +97,7 @@ def _recurrent_verify_kernel(
     STAGES: tl.constexpr,
     SAFE_GATE: tl.constexpr,
     NORM_ROW: tl.constexpr,
+    STACK_SUMS: tl.constexpr,
     SNAPSHOT: tl.constexpr,
     SNAP_CM: tl.constexpr,
     RING: tl.constexpr,
@@ -145,7 +146,7 @@ def _recurrent_verify_kernel(
         b_S = tl.load(p_S, mask=m_S, other=0.0)
         b_g, b_beta, b_qs, b_ks, b_pj = _step_inputs(
             b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, PROJECT,
-            NORM_ROW,
+            NORM_ROW, STACK_SUMS,
         )  # fmt: skip
         b_S = _verify_steps(
             b_S, b_qs, b_ks, b_v, b_g, b_beta, b_pj, valid, p_o + o_sv, s_o_n, p_snap,
@@ -157,7 +158,7 @@ def _recurrent_verify_kernel(
     else:
         b_g, b_beta, b_qs, b_ks, b_pj = _step_inputs(
             b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T, SAFE_GATE, PROJECT,
-            NORM_ROW,
+            NORM_ROW, STACK_SUMS,
         )  # fmt: skip
         for i_s in tl.range(0, BLOCK_V // SUB_V, num_stages=STAGES):
             o_sv = i_v * BLOCK_V + i_s * SUB_V + tl.arange(0, SUB_V)
@@ -341,6 +342,7 @@ def fused_sigmoid_gating_delta_rule_update(
     needs_state = not disable_state_update and intermediate_states_buffer is None
     project = _tuning.project_flag(tn, ring_mode, needs_state, Bt)
     norm_row = _tuning.norm_row_flag(tn, ring_mode, Bt)
+    stack_sums = _tuning.stack_sums_flag(tn, ring_mode, Bt)
     snap_cm = _tuning.snapshot_cache_modifier(tn)
     maxnreg = _tuning.maxnreg_kwargs(tn)
     grid = (B, HV, V // BV)
@@ -358,6 +360,7 @@ def fused_sigmoid_gating_delta_rule_update(
         T=T, H=H, HV=HV, K=K, V=V, BLOCK_V=BV, SUB_V=SUB, STAGES=stages,
         SAFE_GATE=lower_bound is not None,
         NORM_ROW=norm_row,
+        STACK_SUMS=stack_sums,
         SNAPSHOT=intermediate_states_buffer is not None,
         SNAP_CM=snap_cm,
         RING=bool(cache_ring),

@@ -169,10 +169,12 @@ def _delta_step(b_S, b_q, b_k, b_v, b_g, b_beta, K: tl.constexpr, KC: tl.constex
 @triton.jit
 def _step_inputs(b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T: tl.constexpr,
                  SAFE_GATE: tl.constexpr, PROJECT: tl.constexpr,
-                 NORM_ROW: tl.constexpr):  # fmt: skip
+                 NORM_ROW: tl.constexpr, STACK_SUMS: tl.constexpr):  # fmt: skip
     """Per-step vectors that do not depend on the state, as tuples of T rows:
     (g [K], beta (scalar), normalized and scaled q [K], normalized k [K]), all fp32, and
-    with PROJECT the coefficients of `_projection` (else an empty tuple).
+    with PROJECT the coefficients of `_projection` (else an empty tuple). STACK_SUMS takes
+    the q/k norms (unless NORM_ROW) and the projection's dot products eight per reduction
+    (`_sums`); off, one reduction each.
 
     They are computed once per program, before its loop over state sub-tiles; b_q, b_k,
     b_a, b_b are tuples of the T input rows (q and k already in the input dtype)."""
@@ -186,10 +188,10 @@ def _step_inputs(b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T: 
         )
         b_g = b_g + (b_gt,)
         b_beta = b_beta + (b_bt,)
-        if NORM_ROW:
+        if NORM_ROW or not STACK_SUMS:
             b_qn = b_qn + (_l2norm(b_q[t].to(tl.float32), 1e-6, NORM_ROW) * scale,)
             b_kn = b_kn + (_l2norm(b_k[t].to(tl.float32), 1e-6, NORM_ROW),)
-    if not NORM_ROW:
+    if STACK_SUMS and not NORM_ROW:
         # The 2T squared norms from `_sums`: one reduction per eight of them.
         b_x = ()
         for t in tl.static_range(T):
@@ -200,7 +202,7 @@ def _step_inputs(b_q, b_k, b_a, b_b, b_A_log, b_dt_bias, scale, lower_bound, T: 
             b_kn = b_kn + (b_x[2 * t + 1] / tl.sqrt(b_n2[2 * t + 1] + 1e-6),)
     b_pj = ()
     if PROJECT:
-        b_pj = _projection(b_qn, b_kn, b_g, T)
+        b_pj = _projection(b_qn, b_kn, b_g, T, STACK_SUMS)
     return b_g, b_beta, b_qn, b_kn, b_pj
 
 
@@ -248,7 +250,7 @@ def _sums(b_xs, b_ys, N: tl.constexpr):
 
 
 @triton.jit
-def _projection(b_qs, b_ks, b_g, T: tl.constexpr):
+def _projection(b_qs, b_ks, b_g, T: tl.constexpr, STACK_SUMS: tl.constexpr):
     """What the T delta steps need from the key-side vectors alone (the "projected" form).
 
     With a_t = exp(g_t), c_t = a_0 * ... * a_t and e(j, t) = a_{j+1} * ... * a_t (e(t, t) = 1),
@@ -259,11 +261,14 @@ def _projection(b_qs, b_ks, b_g, T: tl.constexpr):
     is one of 2T row sums of the *initial* state, and the A and B scalars are shared by all
     rows of the head. Returns (c_t q_t tuple, c_t k_t tuple, A, B): A holds A[t, j] for j
     = t-1 down to 0 after those of t-1 (position t (t-1) / 2 + t-1-j), B holds B[t, t]
-    then B[t, j] for j = t-1 down to 0 (position t (t+1) / 2 + t-j). The T^2 dot products
-    behind A and B are taken together (`_sums`): A's T (T-1) / 2 first, then B's.
+    then B[t, j] for j = t-1 down to 0 (position t (t+1) / 2 + t-j). With STACK_SUMS the T^2
+    dot products behind A and B are taken together (`_sums`): A's T (T-1) / 2 first, then
+    B's; off, one reduction each, in order.
     """
     b_qc = ()
     b_kc = ()
+    b_A = ()
+    b_B = ()
     b_ax = ()  # the dot products' operands, A's, in A's order
     b_ay = ()
     b_bx = ()  # B's, in B's order
@@ -274,25 +279,31 @@ def _projection(b_qs, b_ks, b_g, T: tl.constexpr):
             b_c = b_c * tl.exp(b_g[t])
         b_qc = b_qc + (b_c * b_qs[t],)
         b_kc = b_kc + (b_c * b_ks[t],)
-        b_bx = b_bx + (b_ks[t],)
-        b_by = b_by + (b_qs[t],)
+        if STACK_SUMS:
+            b_bx = b_bx + (b_ks[t],)
+            b_by = b_by + (b_qs[t],)
+        else:
+            b_B = b_B + (tl.sum(b_ks[t] * b_qs[t], axis=0),)
         b_e = tl.exp(b_g[t])
         for jj in tl.static_range(t):  # j = t - 1 - jj
             if jj > 0:
                 b_e = b_e * tl.exp(b_g[t - jj])
-            b_ax = b_ax + (b_ks[t - 1 - jj],)
-            b_ay = b_ay + (b_e * b_ks[t],)
-            b_bx = b_bx + (b_ks[t - 1 - jj],)
-            b_by = b_by + (b_e * b_qs[t],)
-    NA: tl.constexpr = T * (T - 1) // 2
-    NB: tl.constexpr = T * (T + 1) // 2
-    b_s = _sums(b_ax + b_bx, b_ay + b_by, NA + NB)
-    b_A = ()
-    for i in tl.static_range(NA):
-        b_A = b_A + (b_s[i],)
-    b_B = ()
-    for i in tl.static_range(NB):
-        b_B = b_B + (b_s[NA + i],)
+            if STACK_SUMS:
+                b_ax = b_ax + (b_ks[t - 1 - jj],)
+                b_ay = b_ay + (b_e * b_ks[t],)
+                b_bx = b_bx + (b_ks[t - 1 - jj],)
+                b_by = b_by + (b_e * b_qs[t],)
+            else:
+                b_A = b_A + (tl.sum(b_ks[t - 1 - jj] * (b_e * b_ks[t]), axis=0),)
+                b_B = b_B + (tl.sum(b_ks[t - 1 - jj] * (b_e * b_qs[t]), axis=0),)
+    if STACK_SUMS:
+        NA: tl.constexpr = T * (T - 1) // 2
+        NB: tl.constexpr = T * (T + 1) // 2
+        b_s = _sums(b_ax + b_bx, b_ay + b_by, NA + NB)
+        for i in tl.static_range(NA):
+            b_A = b_A + (b_s[i],)
+        for i in tl.static_range(NB):
+            b_B = b_B + (b_s[NA + i],)
     return b_qc, b_kc, b_A, b_B
 
 

@@ -42,6 +42,13 @@ class ModeTables:
     # (largest B, bool): whether the q/k norms are summed as [1, K] rows; pays on 2-warp
     # programs of plain tiles (the sum stays within a warp), costs layout conversions elsewhere.
     norm_row: tuple
+    # (largest B, bool): whether the prologue's reductions (the q/k norms unless norm_row,
+    # and the projected form's T^2 dot products) are taken eight at a time, one shared-memory
+    # round trip each (`step._sums`); no effect on rows with norm_row on and project off. Pays
+    # where the prologue is on the path of a one-wave grid (the ring modes at B = 64, the
+    # 16-row snapshot tile); costs on the 32-row snapshot tile. Rows not measured keep one
+    # reduction each.
+    stack_sums: tuple = ((None, False),)
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,8 @@ class RecurrenceTuning:
     project: bool | None = None
     # Forced norm-as-row flag.
     norm_row: bool | None = None
+    # Forced eight-at-a-time reduction flag (`ModeTables.stack_sums`).
+    stack_sums: bool | None = None
     # PTX cache modifier of the snapshot stores: ".cs" (streaming), as the snapshots are
     # written once per call and read only after a rejection.
     snapshot_cache_modifier: str = ".cs"
@@ -95,6 +104,7 @@ class VerifyTuning(RecurrenceTuning):
         key_chunks=((None, None),),
         project=((None, False),),
         norm_row=((2, True), (None, False)),
+        stack_sums=((4, True), (None, False)),
     )  # fmt: skip
     ring: ModeTables = ModeTables(
         tiles=(
@@ -108,6 +118,7 @@ class VerifyTuning(RecurrenceTuning):
         key_chunks=((2, None), (4, 32), (8, None), (None, 32)),
         project=((2, False), (4, True), (16, False), (None, True)),
         norm_row=((2, True), (4, False), (8, True), (None, False)),
+        stack_sums=((8, True), (32, False), (None, True)),
     )  # fmt: skip
     # The fused kernel's tables are read at the tuned shape's program count (HV = 8): at
     # twice the heads a batch launches what twice the batch does at the tuned shape, and
@@ -147,6 +158,7 @@ class RecurrentTuning(RecurrenceTuning):
         key_chunks=((4, None), (None, 32)),
         project=((2, False), (8, True), (16, False), (None, True)),
         norm_row=((None, False),),
+        stack_sums=((32, False), (None, True)),
     )  # fmt: skip
 
 
@@ -275,6 +287,15 @@ def norm_row_flag(tuning, ring, B):
     _check_flag("norm_row", flag)
     if flag is None:
         flag = table_row(tuning.tables(ring).norm_row, B)[1]
+    return flag
+
+
+def stack_sums_flag(tuning, ring, B):
+    """STACK_SUMS kernel argument at batch B: tuning.stack_sums (None = the table's), checked."""
+    flag = tuning.stack_sums
+    _check_flag("stack_sums", flag)
+    if flag is None:
+        flag = table_row(tuning.tables(ring).stack_sums, B)[1]
     return flag
 
 
