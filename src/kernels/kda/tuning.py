@@ -270,33 +270,31 @@ def key_chunk(tuning, ring, B, K):
     return min(kc, K)
 
 
+def _table_flag(tuning, name, ring, B):
+    """A flag of the tuning at batch B: its forced field `name` (None = the mode's table of
+    that name), checked."""
+    flag = getattr(tuning, name)
+    _check_flag(name, flag)
+    if flag is None:
+        flag = table_row(getattr(tuning.tables(ring), name), B)[1]
+    return flag
+
+
 def project_flag(tuning, ring, needs_state, B):
     """PROJECT kernel argument at batch B: tuning.project (None = the table's), checked.
     Never with `needs_state` (the final state is stored but no snapshot is: the projected
     form without snapshots never forms it)."""
-    flag = tuning.project
-    _check_flag("project", flag)
-    if flag is None:
-        flag = table_row(tuning.tables(ring).project, B)[1]
-    return flag and not needs_state
+    return _table_flag(tuning, "project", ring, B) and not needs_state
 
 
 def norm_row_flag(tuning, ring, B):
     """NORM_ROW kernel argument at batch B: tuning.norm_row (None = the table's), checked."""
-    flag = tuning.norm_row
-    _check_flag("norm_row", flag)
-    if flag is None:
-        flag = table_row(tuning.tables(ring).norm_row, B)[1]
-    return flag
+    return _table_flag(tuning, "norm_row", ring, B)
 
 
 def stack_sums_flag(tuning, ring, B):
     """STACK_SUMS kernel argument at batch B: tuning.stack_sums (None = the table's), checked."""
-    flag = tuning.stack_sums
-    _check_flag("stack_sums", flag)
-    if flag is None:
-        flag = table_row(tuning.tables(ring).stack_sums, B)[1]
-    return flag
+    return _table_flag(tuning, "stack_sums", ring, B)
 
 
 def snapshot_cache_modifier(tuning):
