@@ -48,7 +48,7 @@ class ModeTables:
     # where the prologue is on the path of a one-wave grid (the ring modes at B = 64, the
     # 16-row snapshot tile); costs on the 32-row snapshot tile. Rows not measured keep one
     # reduction each.
-    stack_sums: tuple = ((None, False),)
+    stack_sums: tuple
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,7 @@ class RecurrentTuning(RecurrenceTuning):
         key_chunks=((None, None),),
         project=((None, False),),
         norm_row=((8, False), (None, True)),
+        stack_sums=((None, False),),
     )  # fmt: skip
     ring: ModeTables = ModeTables(
         tiles=(
