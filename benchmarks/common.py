@@ -542,18 +542,21 @@ def _sleep_cycles_per_second():
     return cycles / (start.elapsed_time(end) * 1e-3)
 
 
-def _slept_round(rotation, calls, sleep_s):
+def _slept_round(rotation, calls, sleep_s, warm_calls=0):
     """(host seconds of `calls` calls issued behind a device sleep of `sleep_s`, the sleep
-    used). The round counts only if the sleep is still running when the last call returns:
-    then no call waited for the device (a sync, an `.item()`, a full launch queue would
-    have waited for the sleep to end). Otherwise the sleep doubles and the round runs again;
-    RuntimeError after HOST_SLEEP_ATTEMPTS."""
+    used). `warm_calls` more calls go first, untimed, behind the same sleep. The round
+    counts only if the sleep is still running when the last call returns: then no call
+    waited for the device (a sync, an `.item()`, a full launch queue would have waited for
+    the sleep to end). Otherwise the sleep doubles and the round runs again; RuntimeError
+    after HOST_SLEEP_ATTEMPTS."""
     rate = _sleep_cycles_per_second()
     marker = torch.cuda.Event()
     for _ in range(HOST_SLEEP_ATTEMPTS):
         torch.cuda.synchronize()
         torch.cuda._sleep(int(sleep_s * rate))
         marker.record()
+        for _ in range(warm_calls):
+            next(rotation)()
         seconds = _host_call_seconds(rotation, calls)
         outlasted = not marker.query()
         torch.cuda.synchronize()
@@ -567,20 +570,30 @@ def _slept_round(rotation, calls, sleep_s):
     )
 
 
-def host_seconds(fns, device_ops, samples=PER_CALL_SAMPLES):
+def host_seconds(fns, device_ops, samples=PER_CALL_SAMPLES, warm_calls=0):
     """Host time samples (seconds per call): what the Python side of a call costs.
 
     fns: zero-argument callables on distinct input sets, called in turn, warm (WARMUP_CALLS
     each first); device_ops: an upper bound on the device operations one call queues.
-    GPU: `perf_counter` around N = host_calls(device_ops) calls issued behind a
+    GPU: `perf_counter` around N = host_calls(device_ops) - warm_calls calls issued behind a
     `torch.cuda._sleep` that outlasts them (checked: `_slept_round`), so the device never
-    paces the host and N * device_ops <= HOST_QUEUE_OPS keeps the launch queue from pushing
-    back; argument checks, allocations and launches all count. A sample sums enough slept
-    rounds to cover HOST_SAMPLE_SECONDS of host time. Smoke: one call per sample, host clock,
-    no sleep (there is no device).
+    paces the host and (N + warm_calls) * device_ops <= HOST_QUEUE_OPS keeps the launch
+    queue from pushing back; argument checks, allocations and launches all count. A sample
+    sums enough slept rounds to cover HOST_SAMPLE_SECONDS of host time.
+    warm_calls: untimed calls at the start of each slept round, after the synchronize that
+    ends the round before it: they wake what the wait left idle (autograd's device thread),
+    as a training loop that calls back to back keeps it awake. ValueError where no timed
+    call is left. Smoke: one call per sample, host clock, no sleep (there is no device).
     """
+    if isinstance(warm_calls, bool) or not isinstance(warm_calls, int) or warm_calls < 0:
+        raise ValueError(f"warm_calls must be a non-negative int, got {warm_calls!r}")
     rotation = _cycle(fns)
-    calls = host_calls(device_ops)
+    calls = host_calls(device_ops) - warm_calls
+    if calls < 1:
+        raise ValueError(
+            f"warm_calls={warm_calls}: no timed call is left within the queue bound "
+            f"({host_calls(device_ops)} calls of {device_ops} device operations)"
+        )
     _warm_up(fns)
     if SMOKE:
         return [_host_call_seconds(rotation, 1) for _ in range(samples)]
@@ -588,12 +601,12 @@ def host_seconds(fns, device_ops, samples=PER_CALL_SAMPLES):
     estimate = _host_call_seconds(rotation, calls)  # unslept; the queue stays short
     torch.cuda.synchronize()
     rounds = max(1, min(HOST_MAX_ROUNDS, math.ceil(HOST_SAMPLE_SECONDS / max(estimate, 1e-7))))
-    sleep_s = 2 * estimate + 1e-3
+    sleep_s = 2 * estimate * (calls + warm_calls) / calls + 1e-3  # the warm calls too
     out = []
     for _ in range(samples):
         total = 0.0
         for _ in range(rounds):
-            seconds, sleep_s = _slept_round(rotation, calls, sleep_s)
+            seconds, sleep_s = _slept_round(rotation, calls, sleep_s, warm_calls)
             total += seconds
         out.append(total / (rounds * calls))
     return out

@@ -126,6 +126,41 @@ def test_host_seconds_behind_the_sleep_retries_until_it_outlasts_the_calls(monke
     assert len(set(fake.sleeps[late:])) == 1
 
 
+def test_host_seconds_warm_calls_go_first_behind_each_sleep_and_untimed(monkeypatch):
+    """warm_calls: that many calls at the start of every slept round, after its sleep and
+    before its timer; the timed calls are the rest of the queue bound."""
+    fake = FakeCuda(late=0)
+    monkeypatch.setattr(common, "SMOKE", False)
+    monkeypatch.setattr(common.torch, "cuda", fake)
+    monkeypatch.setattr(common, "_sleep_cycles_per_second", lambda: 1e9)
+    events = []
+    real_timer = common._host_call_seconds
+
+    def timer(rotation, calls):
+        events.append(("timed", calls))
+        return real_timer(rotation, calls)
+
+    monkeypatch.setattr(common, "_host_call_seconds", timer)
+    fns, counts = counting_calls(3)
+    fns = [lambda f=f: (events.append("call"), f()) for f in fns]
+    sleep = fake._sleep
+    monkeypatch.setattr(fake, "_sleep", lambda c: (events.append("sleep"), sleep(c)))
+    samples = common.host_seconds(fns, device_ops=64, samples=2, warm_calls=1)
+    assert len(samples) == 2 and all(s > 0 for s in samples)
+    rounds = len(fake.sleeps)
+    # 256 // 64 = 4 calls a round: 1 warm, 3 timed; plus the unslept estimate of 3.
+    assert sum(counts) == 3 * common.WARMUP_CALLS + 3 + 4 * rounds
+    first = events.index("sleep")
+    per_round = ["sleep", "call", ("timed", 3), "call", "call", "call"]
+    assert events[first:] == per_round * rounds
+    for device_ops, warm in ((128, 2), (256, 1), (300, 1)):
+        with pytest.raises(ValueError, match="warm_calls"):
+            common.host_seconds(fns, device_ops=device_ops, samples=1, warm_calls=warm)
+    for bad in (-1, 1.0, True):
+        with pytest.raises(ValueError, match="warm_calls"):
+            common.host_seconds(fns, device_ops=64, samples=1, warm_calls=bad)
+
+
 def test_host_seconds_refuses_when_the_sleep_never_outlasts_the_calls(monkeypatch):
     fake = FakeCuda(late=10**6)
     monkeypatch.setattr(common, "SMOKE", False)

@@ -24,6 +24,12 @@ inputs, with those NSA tuning fields set (`kernels.nsa.tuning.with_fields`, e.g.
 overlap_tile_kernel=False): an A/B within one process, whose host figures move less between
 its two sides than between two processes; its rows are named CALL[FIELD=VALUE,...].
 
+    ... [--host-warm]
+
+--host-warm: each row's host figure again with one untimed call at the start of every
+slept round (`host_seconds(..., warm_calls=1)`), printed as `warm`: how much of the host
+figure is the wake-up of what the round's synchronize left idle (autograd's device thread).
+
     ... [--rounds N]
 
 --rounds: each point's rows timed in N interleaved rounds, each round starting one row
@@ -60,7 +66,7 @@ import time
 import torch
 
 import kernels.nsa.autograd as nsa_autograd
-from benchmarks.common import eager_seconds, host_seconds, per_call_seconds
+from benchmarks.common import eager_seconds, host_calls, host_seconds, per_call_seconds
 from kernels.nsa import (
     make_block_idx_random,
     make_block_idx_recent,
@@ -264,6 +270,10 @@ def main():
         help="another version of kernels/nsa/backward.py: the backward again through it",
     )  # fmt: skip
     ap.add_argument(
+        "--host-warm", action="store_true",
+        help="a second host figure per row, with one untimed call first in each slept round",
+    )  # fmt: skip
+    ap.add_argument(
         "--rounds", type=int, default=1,
         help="time the rows of each point in this many interleaved rounds (medians printed)",
     )  # fmt: skip
@@ -282,7 +292,11 @@ def main():
         for path in ("cprofile.txt", "torch_profile.txt"):
             (out / path).write_text("")
     rows = []
-    print(f"{'T':>6} {'pattern':8} {'call':18} {'ops':>4} {'host':>8} {'eager':>8} {'graph':>8}")
+    warm_head = f" {'warm':>8}" if a.host_warm else ""
+    print(
+        f"{'T':>6} {'pattern':8} {'call':18} {'ops':>4} {'host':>8} {'eager':>8} {'graph':>8}"
+        + warm_head
+    )
     for T in a.T:
         for pattern in ("recent", "random"):
             xs = [inputs(T, pattern, seed) for seed in range(SETS)]
@@ -308,8 +322,14 @@ def main():
                 graph = math.nan
                 if not name.startswith("autograd"):
                     graph = med(per_call_seconds(fns, calls=2 * SETS))
-                return dict(host_us=med(host_seconds(fns, ops[i] + 8)),
-                            eager_us=med(eager_seconds(fns)), graph_us=graph)  # fmt: skip
+                fig = dict(host_us=med(host_seconds(fns, ops[i] + 8)),
+                           eager_us=med(eager_seconds(fns)), graph_us=graph)  # fmt: skip
+                if a.host_warm:
+                    warm = host_calls(ops[i] + 8) >= 2  # room for a warm and a timed call
+                    fig["host_warm_us"] = (
+                        med(host_seconds(fns, ops[i] + 8, warm_calls=1)) if warm else math.nan
+                    )
+                return fig
 
             for i, each in enumerate(interleaved(len(runs), a.rounds, time_row)):
                 name = runs[i][0]
@@ -317,7 +337,8 @@ def main():
                 extra = {"rounds": each} if a.rounds > 1 else {}
                 rows.append(dict(T=T, pattern=pattern, call=name, ops=ops[i], **fig, **extra))
                 line = f"{T:>6} {pattern:8} {name:18} {ops[i]:>4} {fig['host_us']:8.1f}"
-                print(f"{line} {fig['eager_us']:8.1f} {fig['graph_us']:8.1f}", flush=True)
+                warm = f" {fig['host_warm_us']:8.1f}" if a.host_warm else ""
+                print(f"{line} {fig['eager_us']:8.1f} {fig['graph_us']:8.1f}{warm}", flush=True)
             for name, fns in runs:
                 if out and pattern == "recent" and T == a.T[0]:
                     # One file per kind of listing, a section per call: three files in
