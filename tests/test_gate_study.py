@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -322,6 +323,58 @@ def test_halves_by_the_fastest_process_ignore_slow_processes():
     assert by_fastest == pytest.approx(100.0 / 99.0)
 
 
+def test_estimators_one_rare_process_moves_the_pooled_quantile_only():
+    """A/A where one of the base's four processes runs fast (a rare mode of the host): the
+    gate's pooled 0.1 quantile follows it, the per-process candidates do not; a head slower
+    by 10% in every process moves every estimator by 10%. Only host-paced points (and
+    complete processes) are compared."""
+    per = 5
+
+    def proc(level, spread=(1.00, 1.02, 1.04, 1.06, 1.08)):
+        return [level * x for x in spread]
+
+    typical = proc(500.0) + proc(505.0) + proc(498.0) + proc(502.0)
+    base = {
+        "nsa.A.track_time_host(1)": proc(380.0) + proc(500.0) + proc(505.0) + proc(498.0),
+        "nsa.A.track_time_host(2)": typical,
+        "nsa.A.track_time(1)": typical,  # a graph figure: not compared
+        "nsa.A.track_time_eager(1)": typical[:3],  # no complete process
+    }
+    head = {
+        "nsa.A.track_time_host(1)": typical,
+        "nsa.A.track_time_host(2)": [1.1 * x for x in typical],
+        "nsa.A.track_time(1)": typical,
+        "nsa.A.track_time_eager(1)": typical,
+    }
+    table = gs.estimator_ratios(base, head, per)
+    assert list(table) == ["nsa.A.track_time_host(1)", "nsa.A.track_time_host(2)"]
+    rare, shifted = table["nsa.A.track_time_host(1)"], table["nsa.A.track_time_host(2)"]
+    assert rare["n"] == (4, 4)
+    assert rare["pooled_q"] > 1.2  # the fast base process decides the pooled quantile
+    for e in ("median_process_q", "second_process_q", "median_process_median"):
+        assert rare[e] == pytest.approx(1.0, abs=0.01), e
+    for e in gs.ESTIMATORS:
+        assert shifted[e] == pytest.approx(1.1), e
+    one = gs.side_estimates(proc(100.0), per)
+    assert one["n"] == 1 and one["second_process_q"] == one["median_process_q"]
+    assert gs.side_estimates([1.0] * (per - 1), per) is None
+    md = gs.estimators_markdown(table)
+    assert "| `nsa.A.track_time_host(2)` | 4 / 4 | 1.1000 | 1.1000 | 1.1000 | 1.1000 |" in md
+    assert md.splitlines()[-1].startswith("| range | | ")
+    assert "No point" in gs.estimators_markdown({})
+
+
+def test_estimators_command_reads_stored_results(monkeypatch, capsys):
+    """`gate_study.py estimators`: both commits' stored samples, the suite's samples per
+    process unless given, the table printed."""
+    stored = {"b": {"x.track_time_host(1)": [1.0, 1.0]}, "h": {"x.track_time_host(1)": [2.0, 2.0]}}
+    monkeypatch.setattr(gs, "stored_samples", lambda results, machine, c: stored[c])
+    gs.main(["estimators", "--results", "r", "--machine", "m", "--base", "b", "--head", "h",
+             "--per-process", "2"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert "| `x.track_time_host(1)` | 1 / 1 | 2.0000 | 2.0000 | 2.0000 | 2.0000 |" in out
+
+
 def test_choose_amounts_interpolates_and_extrapolates():
     curve = {64: 0.5, 128: 1.5, 256: 3.0, 512: 6.0, 1024: 12.0}
     assert gs.choose_amounts(curve, (1, 2, 5, 10, 20)) == {
@@ -562,7 +615,7 @@ def test_aa_with_the_second_stage_end_to_end_in_smoke_mode(tmp_path):
     CONFIRM_SURE out of reach: a tiny CPU timing on a loaded machine can read 3x slower in
     stage 1, and a flag beyond doubt would skip the re-run this test is about."""
     host_py, tools = host_python_without_asv(tmp_path)
-    log, _, study = run_study_smoke(
+    log, out, study = run_study_smoke(
         tmp_path, host_py, STAGES="aa", AA_TRIES="1", AA_BENCH=REFERENCE_POINT, FACTOR="3",
         CONFIRM_ROUNDS="1", CONFIRM_SUSPECT="1", CONFIRM_FACTOR="3", CONFIRM_SURE="1e9",
         ASV_HOST_TOOLS=tools,
@@ -576,6 +629,15 @@ def test_aa_with_the_second_stage_end_to_end_in_smoke_mode(tmp_path):
     for commit in (rec["base"], rec["head"]):
         samples = gs.stored_samples(study / "repo" / "results-gate", smoke.MACHINE, commit)
         assert len(samples[name]) == 3 * per_process  # two rounds of stage 1, one of stage 2
+    # The estimators' table of the try (no host-paced point in this one).
+    assert "No point" in (study / "logs" / "aa-1-estimators.md").read_text()
+    # The returned archive carries those results, each commit's file as stored.
+    with tarfile.open(out / "study.tar.gz") as tar:
+        names = tar.getnames()
+    for commit in (rec["base"], rec["head"]):
+        assert any(
+            n.startswith("./results/results-gate/") and f"/{commit[:8]}-" in n for n in names
+        ), names
 
 
 def test_detect_takes_an_earlier_calibration(tmp_path):

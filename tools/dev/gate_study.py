@@ -25,6 +25,10 @@ GPU host and docs/measurement.md ("Not yet shown") says what each result answers
     record KIND LOG ...      one `asv continuous` try: rows flagged in its output (parsed) and
                              every point's median ratio (from the stored results), as a line
                              of a JSONL file
+    estimators --results R --machine M --base SHA --head SHA
+                             per host-paced point of stored results (the last try of a
+                             scratch repository), head / base by the gate's estimator and
+                             by candidates that one process cannot move (`ESTIMATORS`)
     tries JSONL [...]        how many recorded tries match, and the last one's wall seconds
     summary DIR [DIR ...]    summary.md from everything in the study directories (their
                              records concatenated); --factors adds a post-hoc factor sweep
@@ -71,6 +75,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from ci.asv_results import stored_samples, stored_values  # noqa: E402
+from ci.confirm import HOST_FIGURE, HOST_QUANTILE, low_quantile  # noqa: E402
 from ci.render_comment import parse  # noqa: E402
 
 BASE_TAG, AA_TAG = "gate-base", "gate-aa"
@@ -766,6 +771,69 @@ def noise_table(samples, per_process):
     return out
 
 
+# Estimators of a host-paced figure over one side's processes (`side_estimates`), compared
+# by `estimator_ratios` on stored results: the gate's (`pooled_q`: the q-quantile of the
+# pooled samples, ci.confirm's), and candidates that one process alone cannot move: the
+# median and the second lowest of the per-process q-quantiles, and the median of the
+# per-process medians.
+ESTIMATORS = ("pooled_q", "median_process_q", "second_process_q", "median_process_median")
+
+
+def side_estimates(samples, per_process, q=HOST_QUANTILE):
+    """{estimator: value, "n": processes} of one side's samples, split into processes of
+    `per_process` consecutive samples (as asv appends them, process by process); None
+    without one complete process."""
+    chunks = split_processes(samples, per_process)
+    if not chunks:
+        return None
+    per_q = sorted(low_quantile(c, q) for c in chunks)
+    return {
+        "pooled_q": low_quantile([x for c in chunks for x in c], q),
+        "median_process_q": statistics.median(per_q),
+        "second_process_q": per_q[min(1, len(per_q) - 1)],
+        "median_process_median": statistics.median(statistics.median(c) for c in chunks),
+        "n": len(chunks),
+    }
+
+
+def estimator_ratios(base, head, per_process, match=HOST_FIGURE.pattern, q=HOST_QUANTILE):
+    """{point: {estimator: head / base, "n": (base processes, head processes)}} of the
+    points both sides ({point: samples}) hold a complete process of, whose names match
+    `match` (default: the host-paced figures)."""
+    out = {}
+    for name in sorted(set(base) & set(head)):
+        if match and not re.search(match, name):
+            continue
+        b, h = (
+            side_estimates(base[name], per_process, q),
+            side_estimates(head[name], per_process, q),
+        )
+        if b is None or h is None:
+            continue
+        out[name] = {e: h[e] / b[e] for e in ESTIMATORS} | {"n": (b["n"], h["n"])}
+    return out
+
+
+def estimators_markdown(table):
+    """The ratios of `estimator_ratios` as a table, with each estimator's ratios furthest
+    below and above 1 in a last row."""
+    if not table:
+        return "No point with a complete process on both sides."
+    lines = [
+        "| point | processes | " + " | ".join(ESTIMATORS) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in ESTIMATORS) + " |",
+    ]
+    for name, row in table.items():
+        cells = " | ".join(f"{row[e]:.4f}" for e in ESTIMATORS)
+        lines.append(f"| `{name}` | {row['n'][0]} / {row['n'][1]} | {cells} |")
+    spans = " | ".join(
+        f"{min(r[e] for r in table.values()):.4f}-{max(r[e] for r in table.values()):.4f}"
+        for e in ESTIMATORS
+    )
+    lines.append(f"| range | | {spans} |")
+    return "\n".join(lines)
+
+
 def rounds_done(samples, per_process):
     """Complete process rounds every point holds (0 when there is nothing)."""
     counts = [len(s) // per_process for s in samples.values()]
@@ -1205,6 +1273,16 @@ def main(argv=None):
         p.add_argument("--commit", required=True)
         p.add_argument("--per-process", type=int, help="samples per process (default: suite's)")
         p.add_argument("--out")
+    p = sub.add_parser(
+        "estimators", help="host-figure estimators head / base on stored results, per point"
+    )
+    p.add_argument("--results", required=True)
+    p.add_argument("--machine", required=True)
+    p.add_argument("--base", required=True)
+    p.add_argument("--head", required=True)
+    p.add_argument("--match", default=HOST_FIGURE.pattern, help="points whose names match")
+    p.add_argument("--quantile", type=float, default=HOST_QUANTILE)
+    p.add_argument("--per-process", type=int, help="samples per process (default: suite's)")
     p = sub.add_parser("record")
     p.add_argument("kind", choices=("aa", "detect"))
     p.add_argument("log")
@@ -1266,6 +1344,10 @@ def main(argv=None):
         if args.out:
             Path(args.out).write_text(json.dumps(table, indent=1))
         print(noise_markdown(table))
+    elif args.cmd == "estimators":
+        per = args.per_process or default_per_process()
+        sides = [stored_samples(args.results, args.machine, c) for c in (args.base, args.head)]
+        print(estimators_markdown(estimator_ratios(*sides, per, args.match, args.quantile)))
     elif args.cmd == "record":
         rec = record_try(
             args.kind,

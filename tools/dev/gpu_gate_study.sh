@@ -57,7 +57,8 @@
 # CPU_AFFINITY (every benchmark process pinned, asv's --cpu-affinity, stage 2 included),
 # WHEELHOUSE, HOST_PY, ASV_HOST_TOOLS, ATTNBENCH_SMOKE (1: the CPU smoke suite).
 # Writes to $OUT: summary.md (tables), gate_study.log (everything), study.tar.gz
-# (noise.json, aa.jsonl, detect.jsonl, calibration-*.json, every asv continuous log), and
+# (noise.json, aa.jsonl, detect.jsonl, calibration-*.json, every asv continuous log, the
+# scratch repository's asv results under results/), and
 # each calibration-<kernel>.json as soon as it is taken.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -133,6 +134,10 @@ cont() {
         "${confirm[@]}" "$@" | tee -a "$SUMMARY"
     # A try that left no record would be run again and again: stop the stage instead.
     [ "${PIPESTATUS[0]}" -eq 0 ] || { note "record $kind failed: $log"; return 1; }
+    # The host-paced points by the gate's estimator and by per-process ones (gate_study.py
+    # estimators), from the samples both stages left.
+    "${GS[@]}" estimators --results results-gate --machine "$MACHINE" --base "$BASE" \
+        --head "$head" >"${log%.log}-estimators.md" 2>&1 || true
 }
 
 # --- noise: one more process per point with every asv run, until NOISE_N
@@ -230,5 +235,11 @@ note "gate_study: done in $(elapsed) s"
     printf '```\n'
 } >"$OUT/summary.md"
 rm -f "$SUMMARY"
+# The scratch repository's asv results go too (results/results-gate, results/results-noise):
+# their per-process samples are what a flag is analysed from afterwards.
+mkdir -p "$STUDY/results"
+for r in results-gate results-noise; do
+    [ -d "$REPO/$r" ] && cp -r "$REPO/$r" "$STUDY/results/"
+done
 tar czf "$OUT/study.tar.gz" -C "$STUDY" --exclude ./repo .
 echo "gate_study: files in $OUT: $(ls "$OUT" | tr '\n' ' ')"
