@@ -189,12 +189,13 @@ def test_modes_vs_reference(mode, B, T, H, HV, lower_bound, pad, cpu_dtype, devi
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("B,HV", [(3, 8), (5, 8), (3, 16)])
+@pytest.mark.parametrize("B,HV", [(3, 8), (5, 8), (9, 8), (17, 8), (3, 16)])
 def test_batches_off_the_grid_vs_reference(mode, B, HV, device):
-    """Batches between the tables' rows (B = 3, 5) and, at twice the heads, where the fused
-    kernel reads its tables at twice the batch (B = 3 at HV = 16 reads row 6): every mode
-    against the reference with the default tuning, a padded sequence, fp32. (V = 16 clips
-    the wide tiles here; the bf16 GPU test runs B = 3, 5, 33 and 48 at the seed's shape.)"""
+    """Batches between the tables' rows (B = 3, 5; 9 and 17, just past the switch points of
+    the ring modes' stack_sums) and, at twice the heads, where the fused kernel reads its
+    tables at twice the batch (B = 3 at HV = 16 reads row 6): every mode against the
+    reference with the default tuning, a padded sequence, fp32. (V = 16 clips the wide tiles
+    here; the bf16 GPU test runs B = 3, 5, 9, 17, 33 and 48 at the seed's shape.)"""
     run_and_check(mode, B, 2, 1, HV, 16, 16, torch.float32, device, -5.0, pad=B // 2)
 
 
@@ -516,11 +517,11 @@ def test_stack_sums_knob(cpu_dtype, device):
     assert kt.stack_sums_flag(f, False, 4) is True
     assert kt.stack_sums_flag(f, False, 5) is False
     assert kt.stack_sums_flag(f, True, 8) is True
-    assert kt.stack_sums_flag(f, True, 32) is False
-    assert kt.stack_sums_flag(f, True, 33) is True
+    assert kt.stack_sums_flag(f, True, 16) is False
+    assert kt.stack_sums_flag(f, True, 17) is True
     assert kt.stack_sums_flag(r, False, 64) is False
-    assert kt.stack_sums_flag(r, True, 32) is False
-    assert kt.stack_sums_flag(r, True, 64) is True
+    assert kt.stack_sums_flag(r, True, 8) is False
+    assert kt.stack_sums_flag(r, True, 9) is True
     assert kt.stack_sums_flag(replace(r, stack_sums=True), False, 1) is True
     for mode in ("fused+ring", "unfused"):
         inp = make_inputs(2, 3, 1, 2, 16, 16, cpu_dtype, device, seed=31)
@@ -667,7 +668,7 @@ def _assert_gpu_ring_bytes_equal(B, T, H, HV, K, V, lower_bound, tuning=None):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("B", [1, 3, 4, 5, 33, 48, 64])
+@pytest.mark.parametrize("B", [1, 3, 4, 5, 9, 17, 33, 48, 64])
 @pytest.mark.parametrize("HV", [8, 16])
 @pytest.mark.parametrize("lower_bound", [None, -5.0])
 def test_gpu_bf16_seed_shape(B, HV, lower_bound):

@@ -45,9 +45,9 @@ class ModeTables:
     # (largest B, bool): whether the prologue's reductions (the q/k norms unless norm_row,
     # and the projected form's T^2 dot products) are taken eight at a time, one shared-memory
     # round trip each (`step._sums`); no effect on rows with norm_row on and project off. Pays
-    # where the prologue is on the path of a one-wave grid (the ring modes at B = 64, the
-    # 16-row snapshot tile); costs on the 32-row snapshot tile. Rows not measured keep one
-    # reduction each.
+    # where the prologue is on the path of a grid of one wave or less (the ring modes' wide
+    # tiles, the 16-row snapshot tile); costs on the 32-row snapshot tile. On only where it
+    # measured faster: a row where it measured level keeps one reduction each.
     stack_sums: tuple
 
 
@@ -118,7 +118,7 @@ class VerifyTuning(RecurrenceTuning):
         key_chunks=((2, None), (4, 32), (8, None), (None, 32)),
         project=((2, False), (4, True), (16, False), (None, True)),
         norm_row=((2, True), (4, False), (8, True), (None, False)),
-        stack_sums=((8, True), (32, False), (None, True)),
+        stack_sums=((8, True), (16, False), (None, True)),
     )  # fmt: skip
     # The fused kernel's tables are read at the tuned shape's program count (HV = 8): at
     # twice the heads a batch launches what twice the batch does at the tuned shape, and
@@ -159,7 +159,7 @@ class RecurrentTuning(RecurrenceTuning):
         key_chunks=((4, None), (None, 32)),
         project=((2, False), (8, True), (16, False), (None, True)),
         norm_row=((None, False),),
-        stack_sums=((32, False), (None, True)),
+        stack_sums=((8, False), (None, True)),
     )  # fmt: skip
 
 
